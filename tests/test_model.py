@@ -1,0 +1,501 @@
+"""Tests for annotated_transformer.model.
+
+What is checked:
+1. Equivalence with PyTorch's own Transformer blocks (identical weights, dropout 0, float32, 1e-5),
+   for post-norm and pre-norm.
+2. The fast attention path (SDPA) against the readable `attention()` path, fully masked rows included.
+3. Shapes of every block; 4. positional-encoding values; 5. causality and padding invariance;
+6. parameter counts and weight tying; 7. clear errors on bad input; 8. `subsequent_mask`.
+
+Everything runs on a CPU in a few seconds and needs no data or network.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+import torch
+from torch import nn
+
+from annotated_transformer.model import (
+    Decoder,
+    DecoderLayer,
+    Embeddings,
+    Encoder,
+    EncoderDecoder,
+    EncoderLayer,
+    Generator,
+    ModelConfig,
+    MultiHeadedAttention,
+    PositionalEncoding,
+    PositionwiseFeedForward,
+    attention,
+    count_parameters,
+    make_model,
+    subsequent_mask,
+)
+
+D_MODEL, N_HEADS, D_FF = 32, 4, 64
+TOL = dict(atol=1e-5, rtol=1e-5)
+NORM_FIRST = pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def randomize_(module: nn.Module) -> nn.Module:
+    "Give every parameter (LayerNorm weights and biases included) distinct random values, so a mis-copied weight shows."
+    with torch.no_grad():
+        for p in module.parameters():
+            p.normal_(0.0, 0.2)
+    return module
+
+
+def key_mask(lengths: list[int], S: int) -> torch.Tensor:
+    "Our padding mask (B, 1, S), True = real token (may be attended); sequence b has lengths[b] real tokens, then padding."
+    return (torch.arange(S)[None, :] < torch.tensor(lengths)[:, None]).unsqueeze(1)
+
+
+def our_mha(d_model: int = D_MODEL, h: int = N_HEADS) -> MultiHeadedAttention:
+    return MultiHeadedAttention(h, d_model, dropout=0.0)
+
+
+def our_ffn() -> PositionwiseFeedForward:
+    return PositionwiseFeedForward(D_MODEL, D_FF, dropout=0.0)
+
+
+def our_encoder_layer(norm_first: bool) -> EncoderLayer:
+    return randomize_(EncoderLayer(D_MODEL, our_mha(), our_ffn(), 0.0, norm_first))
+
+
+def our_decoder_layer(norm_first: bool) -> DecoderLayer:
+    return randomize_(DecoderLayer(D_MODEL, our_mha(), our_mha(), our_ffn(), 0.0, norm_first))
+
+
+# One helper per direction of copying: ours -> PyTorch, for each kind of block.
+
+
+@torch.no_grad()
+def copy_linear(ours: nn.Linear, theirs: nn.Linear) -> None:
+    theirs.weight.copy_(ours.weight)
+    theirs.bias.copy_(ours.bias)
+
+
+@torch.no_grad()
+def copy_norm(ours: nn.LayerNorm, theirs: nn.LayerNorm) -> None:
+    assert ours.eps == theirs.eps
+    theirs.weight.copy_(ours.weight)
+    theirs.bias.copy_(ours.bias)
+
+
+@torch.no_grad()
+def copy_attention(ours: MultiHeadedAttention, theirs: nn.MultiheadAttention) -> None:
+    "Our separate w_q, w_k, w_v are the three row blocks of PyTorch's packed in_proj; w_o is out_proj."
+    theirs.in_proj_weight.copy_(torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight]))
+    theirs.in_proj_bias.copy_(torch.cat([ours.w_q.bias, ours.w_k.bias, ours.w_v.bias]))
+    copy_linear(ours.w_o, theirs.out_proj)
+
+
+def copy_feed_forward(ours: PositionwiseFeedForward, theirs: nn.Module) -> None:
+    copy_linear(ours.w_1, theirs.linear1)
+    copy_linear(ours.w_2, theirs.linear2)
+
+
+def copy_encoder_layer(ours: EncoderLayer, theirs: nn.TransformerEncoderLayer) -> None:
+    copy_attention(ours.self_attn, theirs.self_attn)
+    copy_feed_forward(ours.feed_forward, theirs)
+    for sub, norm in zip(ours.sublayer, [theirs.norm1, theirs.norm2], strict=True):
+        copy_norm(sub.norm, norm)
+
+
+def copy_decoder_layer(ours: DecoderLayer, theirs: nn.TransformerDecoderLayer) -> None:
+    copy_attention(ours.self_attn, theirs.self_attn)
+    copy_attention(ours.src_attn, theirs.multihead_attn)
+    copy_feed_forward(ours.feed_forward, theirs)
+    for sub, norm in zip(ours.sublayer, [theirs.norm1, theirs.norm2, theirs.norm3], strict=True):
+        copy_norm(sub.norm, norm)
+
+
+def torch_encoder_layer(norm_first: bool) -> nn.TransformerEncoderLayer:
+    return nn.TransformerEncoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.0, batch_first=True, norm_first=norm_first)
+
+
+# Each comparison runs twice: in train mode with autograd on (dropout is 0, so this is deterministic;
+# PyTorch runs its plain reference code) and in eval mode under no_grad (PyTorch may take its fused
+# "fast path", a different implementation, which is what inference with PyTorch would use).
+MODES = pytest.mark.parametrize("mode", ["train", "eval-no-grad"])
+
+
+def set_mode(mode: str, *modules: nn.Module):
+    "Put `modules` in `mode`; returns the autograd context to run them under."
+    for m in modules:
+        m.train(mode == "train")
+    return torch.enable_grad() if mode == "train" else torch.no_grad()
+
+
+# --------------------------------------------------------------------------- 1. against PyTorch
+
+
+@MODES
+@NORM_FIRST
+def test_encoder_layer_matches_pytorch(norm_first, mode):
+    ours = our_encoder_layer(norm_first)
+    theirs = torch_encoder_layer(norm_first)
+    copy_encoder_layer(ours, theirs)
+    B, S = 3, 7
+    x = torch.randn(B, S, D_MODEL)
+    keep = key_mask([7, 4, 1], S)  # True = real token
+    # Only keys are masked; padded query rows still attend to the real tokens, so every row is defined.
+    with set_mode(mode, ours, theirs):
+        expected = theirs(x, src_key_padding_mask=~keep[:, 0])
+        actual = ours(x, keep)
+    assert torch.isfinite(actual).all()
+    torch.testing.assert_close(actual, expected, **TOL)
+
+
+@MODES
+@NORM_FIRST
+@pytest.mark.parametrize("padding", ["right", "left"])
+def test_decoder_layer_matches_pytorch(norm_first, padding, mode):
+    ours = our_decoder_layer(norm_first)
+    theirs = nn.TransformerDecoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.0, batch_first=True, norm_first=norm_first)
+    copy_decoder_layer(ours, theirs)
+    B, T, S = 3, 6, 5
+    x, memory = torch.randn(B, T, D_MODEL), torch.randn(B, S, D_MODEL)
+    src_keep = key_mask([5, 3, 2], S)  # (B, 1, S)
+    tgt_keep = key_mask([6, 4, 2], T)  # (B, 1, T)
+    if padding == "left":
+        tgt_keep = tgt_keep.flip(-1)
+    # Ours: one (B, T, T) mask, True = may attend. PyTorch: bool masks with True = masked out.
+    tgt_mask = subsequent_mask(T) & tgt_keep
+    with set_mode(mode, ours, theirs):
+        expected = theirs(
+            x,
+            memory,
+            tgt_mask=~subsequent_mask(T)[0],
+            tgt_key_padding_mask=~tgt_keep[:, 0],
+            memory_key_padding_mask=~src_keep[:, 0],
+        )
+        actual = ours(x, memory, src_keep, tgt_mask)
+    assert torch.isfinite(actual).all()
+    # With right padding every query row keeps at least key 0, so all rows are well defined and compared.
+    # With left padding the first query rows of a padded sequence attend to nothing at all (causal mask
+    # AND padding). Ours gives them zero attention weights (finite output); PyTorch's train path does
+    # too, but its eval/no-grad fast path gives NaN there. Those rows are padding whose outputs are never
+    # used (no later real position can attend to them either), so only the real target positions are
+    # compared.
+    rows = tgt_keep[:, 0]  # (B, T): real target positions
+    torch.testing.assert_close(actual[rows], expected[rows], **TOL)
+    if padding == "right":
+        torch.testing.assert_close(actual, expected, **TOL)
+
+
+@MODES
+@pytest.mark.parametrize("kind", ["self", "cross"])
+@pytest.mark.parametrize("masked", [False, True], ids=["no-mask", "key-padding"])
+def test_multi_headed_attention_matches_pytorch(kind, masked, mode):
+    ours = randomize_(our_mha())
+    theirs = nn.MultiheadAttention(D_MODEL, N_HEADS, dropout=0.0, batch_first=True)
+    copy_attention(ours, theirs)
+    B, Lq = 3, 6
+    Lk = Lq if kind == "self" else 9  # cross-attention: a different key length
+    query = torch.randn(B, Lq, D_MODEL)
+    key = query if kind == "self" else torch.randn(B, Lk, D_MODEL)
+    keep = key_mask([Lk, Lk - 2, 1], Lk) if masked else None
+    with set_mode(mode, ours, theirs):
+        expected, expected_w = theirs(
+            query,
+            key,
+            key,
+            key_padding_mask=None if keep is None else ~keep[:, 0],
+            need_weights=True,
+            average_attn_weights=False,
+        )
+        out_fast, w_none = ours(query, key, key, keep)  # SDPA path
+        out_ref, weights = ours(query, key, key, keep, need_weights=True)  # readable path
+    assert w_none is None
+    assert weights.shape == (B, N_HEADS, Lq, Lk)
+    torch.testing.assert_close(out_fast, expected, **TOL)
+    torch.testing.assert_close(out_ref, expected, **TOL)
+    torch.testing.assert_close(weights, expected_w, **TOL)
+    if keep is not None:  # padded keys get exactly zero weight
+        assert (weights.masked_select(~keep[:, None].expand_as(weights)) == 0).all()
+
+
+@MODES
+@NORM_FIRST
+def test_encoder_stack_matches_pytorch(norm_first, mode):
+    N = 2
+    ours = randomize_(Encoder(EncoderLayer(D_MODEL, our_mha(), our_ffn(), 0.0, norm_first), N))
+    # Post-norm: no final norm on either side. Pre-norm: ours ends with a LayerNorm, so PyTorch gets one too.
+    final_norm = nn.LayerNorm(D_MODEL) if norm_first else None
+    assert isinstance(ours.norm, nn.LayerNorm if norm_first else nn.Identity)
+    theirs = nn.TransformerEncoder(torch_encoder_layer(norm_first), num_layers=N, norm=final_norm, enable_nested_tensor=False)
+    for layer_ours, layer_theirs in zip(ours.layers, theirs.layers, strict=True):
+        copy_encoder_layer(layer_ours, layer_theirs)
+    if norm_first:
+        copy_norm(ours.norm, theirs.norm)
+    # randomize_ gave the two layers different weights, so a layer mix-up would show.
+    assert not torch.equal(ours.layers[0].self_attn.w_q.weight, ours.layers[1].self_attn.w_q.weight)
+    B, S = 2, 8
+    x = torch.randn(B, S, D_MODEL)
+    keep = key_mask([8, 5], S)
+    with set_mode(mode, ours, theirs):
+        expected = theirs(x, src_key_padding_mask=~keep[:, 0])
+        actual = ours(x, keep)
+    torch.testing.assert_close(actual, expected, **TOL)
+
+
+# --------------------------------------------------------------------------- 2. fast path vs readable path
+
+
+def _masks(B: int, Lq: int, Lk: int) -> dict[str, torch.Tensor | None]:
+    causal = torch.ones(Lq, Lk, dtype=torch.bool).tril()
+    pad = key_mask([Lk, Lk - 3], Lk)  # (B, 1, Lk)
+    return {
+        "none": None,
+        "key-padding": pad,
+        "causal(1,Lq,Lk)": causal[None],
+        "causal&padding": causal[None] & pad,
+    }
+
+
+@pytest.mark.parametrize("mask_name", list(_masks(2, 5, 5)))
+def test_fast_path_equals_reference_path(mask_name):
+    mha = randomize_(MultiHeadedAttention(N_HEADS, D_MODEL, dropout=0.1)).eval()
+    B, L = 2, 5
+    x = torch.randn(B, L, D_MODEL)
+    mask = _masks(B, L, L)[mask_name]
+    fast, none = mha(x, x, x, mask)
+    ref, weights = mha(x, x, x, mask, need_weights=True)
+    assert none is None and weights is not None
+    torch.testing.assert_close(fast, ref, **TOL)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(B, N_HEADS, L))  # each row a distribution
+
+
+def test_fully_padded_source_is_finite_and_paths_agree():
+    mha = randomize_(MultiHeadedAttention(N_HEADS, D_MODEL, dropout=0.1)).eval()
+    B, Lq, Lk = 2, 4, 6
+    query, memory = torch.randn(B, Lq, D_MODEL), torch.randn(B, Lk, D_MODEL)
+    keep = key_mask([Lk, 0], Lk)  # second source sequence: every position is padding
+    assert not keep[1].any()
+    fast, _ = mha(query, memory, memory, keep)
+    ref, weights = mha(query, memory, memory, keep, need_weights=True)
+    assert torch.isfinite(fast).all(), "SDPA path gives NaN for a row with no key to attend to"
+    assert torch.isfinite(ref).all(), "reference path gives NaN for a row with no key to attend to"
+    torch.testing.assert_close(fast, ref, **TOL)
+    # No key at all: zero weights, so the output is just the output projection's bias.
+    assert (weights[1] == 0).all()
+    torch.testing.assert_close(ref[1], mha.w_o.bias.expand(Lq, D_MODEL), **TOL)
+    # The fully padded row must not disturb the other batch element.
+    alone, _ = mha(query[:1], memory[:1], memory[:1], keep[:1])
+    torch.testing.assert_close(fast[:1], alone, **TOL)
+
+
+def test_attention_function_fully_masked_row():
+    q, k, v = torch.randn(1, 3, 8), torch.randn(1, 4, 8), torch.randn(1, 4, 8)
+    mask = torch.ones(1, 3, 4, dtype=torch.bool)
+    mask[0, 1] = False  # query 1 may attend to nothing
+    out, p = attention(q, k, v, mask)
+    assert torch.isfinite(out).all()
+    assert (p[0, 1] == 0).all() and (out[0, 1] == 0).all()
+    torch.testing.assert_close(p[0, [0, 2]].sum(-1), torch.ones(2))
+
+
+# --------------------------------------------------------------------------- 3. shapes
+
+
+def test_block_shapes():
+    B, S, T, V = 2, 7, 5, 11
+    src, tgt = torch.randint(0, V, (B, S)), torch.randint(0, V, (B, T))
+    x_src, x_tgt = torch.randn(B, S, D_MODEL), torch.randn(B, T, D_MODEL)
+    src_mask, tgt_mask = key_mask([S, 3], S), subsequent_mask(T)
+    dec_layer = DecoderLayer(D_MODEL, our_mha(), our_mha(), our_ffn(), 0.0)
+    enc_layer = EncoderLayer(D_MODEL, our_mha(), our_ffn(), 0.0)
+
+    assert Embeddings(D_MODEL, V)(src).shape == (B, S, D_MODEL)
+    assert PositionalEncoding(D_MODEL, 0.0)(x_src).shape == (B, S, D_MODEL)
+    assert our_ffn()(x_src).shape == (B, S, D_MODEL)
+    out, w = our_mha()(x_tgt, x_src, x_src, src_mask, need_weights=True)
+    assert out.shape == (B, T, D_MODEL) and w.shape == (B, N_HEADS, T, S)
+    assert enc_layer(x_src, src_mask).shape == (B, S, D_MODEL)
+    assert dec_layer(x_tgt, x_src, src_mask, tgt_mask).shape == (B, T, D_MODEL)
+    assert Encoder(enc_layer, 2)(x_src, src_mask).shape == (B, S, D_MODEL)
+    assert Decoder(dec_layer, 2)(x_tgt, x_src, src_mask, tgt_mask).shape == (B, T, D_MODEL)
+    logp = Generator(D_MODEL, V)(x_tgt)
+    assert logp.shape == (B, T, V)
+    torch.testing.assert_close(logp.exp().sum(-1), torch.ones(B, T))
+
+    model = make_model(V, V + 2, N=2, d_model=D_MODEL, d_ff=D_FF, h=N_HEADS).eval()
+    assert isinstance(model, EncoderDecoder)
+    memory = model.encode(src, src_mask)
+    assert memory.shape == (B, S, D_MODEL)
+    assert model.decode(memory, src_mask, tgt, tgt_mask).shape == (B, T, D_MODEL)
+    assert model(src, tgt, src_mask, tgt_mask).shape == (B, T, D_MODEL)
+    assert model.generator(model(src, tgt, src_mask, tgt_mask)).shape == (B, T, V + 2)
+
+
+# --------------------------------------------------------------------------- 4. positional encoding values
+
+
+def test_positional_encoding_values():
+    pe = PositionalEncoding(512, dropout=0.0)
+    out = pe(torch.zeros(1, 2, 512))
+    expected = torch.tensor([0.841471, 0.540302, 0.821856, 0.569695, 0.801962, 0.597375])
+    torch.testing.assert_close(out[0, 1, :6], expected, atol=1e-6, rtol=0)
+    # Position 0: sin(0) = 0 at even indices, cos(0) = 1 at odd ones.
+    assert (out[0, 0, 0::2] == 0).all() and (out[0, 0, 1::2] == 1).all()
+
+
+# --------------------------------------------------------------------------- 5. causality and padding invariance
+
+
+def tiny_model(norm_first: bool, vocab: int = 13) -> EncoderDecoder:
+    return replace(ModelConfig.preset("tiny"), norm_first=norm_first).build(vocab, vocab).eval()
+
+
+@NORM_FIRST
+def test_decoder_is_causal(norm_first):
+    V, B, S, T = 13, 2, 6, 8
+    model = tiny_model(norm_first, V)
+    assert model.encoder.layers[0].sublayer[0].norm_first is norm_first
+    src, tgt = torch.randint(0, V, (B, S)), torch.randint(0, V, (B, T))
+    src_mask = key_mask([S, 4], S)
+    tgt_mask = subsequent_mask(T)
+    with torch.no_grad():
+        base = model(src, tgt, src_mask, tgt_mask)
+        for i in [0, 3, T - 2]:
+            changed = tgt.clone()
+            changed[:, i + 1 :] = (changed[:, i + 1 :] + 1 + torch.randint(0, V - 1, changed[:, i + 1 :].shape)) % V
+            assert (changed[:, i + 1 :] != tgt[:, i + 1 :]).all()
+            out = model(src, changed, src_mask, tgt_mask)
+            torch.testing.assert_close(out[:, : i + 1], base[:, : i + 1], **TOL)
+            # ...and the future positions do see their own (changed) tokens.
+            assert (out[:, i + 1 :] - base[:, i + 1 :]).abs().amax(-1).min() > 1e-3
+
+
+@NORM_FIRST
+def test_masked_source_positions_are_ignored(norm_first):
+    V, B, S, T = 13, 2, 7, 5
+    model = tiny_model(norm_first, V)
+    src, tgt = torch.randint(0, V, (B, S)), torch.randint(0, V, (B, T))
+    src_mask = key_mask([S, 3], S)
+    tgt_mask = subsequent_mask(T)
+    other = src.clone()
+    other[1, 3:] = (other[1, 3:] + 1) % V  # only masked (padding) positions change
+    with torch.no_grad():
+        mem, mem_other = model.encode(src, src_mask), model.encode(other, src_mask)
+        out, out_other = model(src, tgt, src_mask, tgt_mask), model(other, tgt, src_mask, tgt_mask)
+        torch.testing.assert_close(mem[src_mask[:, 0]], mem_other[src_mask[:, 0]], **TOL)
+        torch.testing.assert_close(out, out_other, **TOL)
+        # Sanity: changing a real (unmasked) source token does change the output.
+        real = src.clone()
+        real[1, 0] = (real[1, 0] + 1) % V
+        assert (model(real, tgt, src_mask, tgt_mask)[1] - out[1]).abs().max() > 1e-3
+
+
+# --------------------------------------------------------------------------- 6. parameter counts
+
+
+def test_parameter_count_base_untied():
+    model = make_model(37000, 37000)
+    assert count_parameters(model) == 101_007_496  # ≈ 101.0M
+
+
+def _assert_tied(model: EncoderDecoder) -> None:
+    w = model.src_embed[0].lut.weight
+    assert model.tgt_embed[0].lut.weight is w
+    assert model.generator.proj.weight is w
+
+
+def test_parameter_count_base_shared():
+    model = replace(ModelConfig.preset("base"), share_embeddings=True).build(37000, 37000)
+    _assert_tied(model)
+    assert count_parameters(model) == 63_119_496  # ≈ 63.1M
+
+
+def test_parameter_count_big_shared_on_meta():
+    with torch.device("meta"):
+        model = replace(ModelConfig.preset("big"), share_embeddings=True).build(37000, 37000)
+    assert model.src_embed[0].lut.weight.is_meta
+    _assert_tied(model)
+    assert count_parameters(model) == 214_282_376  # ≈ 214.3M
+
+
+def test_untied_embeddings_are_distinct():
+    model = make_model(11, 11, N=1, d_model=D_MODEL, d_ff=D_FF, h=N_HEADS)
+    assert model.tgt_embed[0].lut.weight is not model.src_embed[0].lut.weight
+    assert model.generator.proj.weight is not model.src_embed[0].lut.weight
+
+
+# --------------------------------------------------------------------------- 7. bad input
+
+
+def test_error_d_model_not_divisible_by_h():
+    with pytest.raises(ValueError, match=r"d_model=30 .*h=4"):
+        MultiHeadedAttention(4, 30)
+
+
+def test_error_sequence_longer_than_max_len():
+    pe = PositionalEncoding(D_MODEL, 0.0, max_len=10)
+    pe(torch.zeros(1, 10, D_MODEL))  # exactly max_len is fine
+    with pytest.raises(ValueError, match=r"length 11 .*max_len=10"):
+        pe(torch.zeros(1, 11, D_MODEL))
+
+
+def test_error_mask_shape_cannot_broadcast():
+    mha = our_mha()
+    x = torch.randn(2, 5, D_MODEL)
+    bad = torch.ones(2, 1, 6, dtype=torch.bool)
+    msg = re.escape("(2, 1, 6)") + ".*" + re.escape("(2, 5, 5)")
+    for need_weights in (False, True):
+        with pytest.raises(ValueError, match=msg):
+            mha(x, x, x, bad, need_weights=need_weights)
+    with pytest.raises(ValueError, match=re.escape("(3, 5, 5)")):  # batch mismatch
+        mha(x, x, x, torch.ones(3, 5, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match=re.escape("(1, 4, 6)") + ".*" + re.escape("(1, 4, 5)")):
+        attention(torch.randn(1, 4, 8), torch.randn(1, 5, 8), torch.randn(1, 5, 8), torch.ones(1, 4, 6, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.uint8])
+def test_error_non_bool_mask(dtype):
+    x = torch.randn(2, 5, D_MODEL)
+    with pytest.raises(TypeError, match=r"bool tensor.*" + re.escape(str(dtype))):
+        our_mha()(x, x, x, torch.ones(2, 1, 5, dtype=dtype))
+
+
+@pytest.mark.parametrize("bad_id", [10, 57, -1])
+def test_error_token_id_outside_vocabulary(bad_id):
+    emb = Embeddings(D_MODEL, 10)
+    ids = torch.tensor([[0, 9, bad_id, 3]])
+    with pytest.raises(ValueError, match=rf"token id {bad_id} .*size 10"):
+        emb(ids)
+
+
+def test_error_share_embeddings_with_different_vocabs():
+    with pytest.raises(ValueError, match=r"src_vocab=10 and tgt_vocab=12"):
+        make_model(10, 12, N=1, d_model=D_MODEL, d_ff=D_FF, h=N_HEADS, share_embeddings=True)
+
+
+def test_error_unknown_preset():
+    with pytest.raises(ValueError, match=r"unknown model preset 'huge'.*'base'.*'big'.*'tiny'"):
+        ModelConfig.preset("huge")
+
+
+# --------------------------------------------------------------------------- 8. subsequent_mask
+
+
+@pytest.mark.parametrize("size", [1, 5])
+def test_subsequent_mask(size):
+    m = subsequent_mask(size)
+    assert m.shape == (1, size, size)
+    assert m.dtype == torch.bool
+    i, j = torch.meshgrid(torch.arange(size), torch.arange(size), indexing="ij")
+    assert torch.equal(m[0], j <= i)  # lower triangular, diagonal included

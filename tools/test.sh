@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The whole test suite: the package and README agree with the notebooks, every notebook's checks
+# pass (nbdev-test, slow cells skipped), and the pytest suite in tests/ passes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source tools/setup.sh
+
+echo "== nbdev-export, nbdev-clean and tools/readme.py leave the working tree as it was"
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  snapshot() { { git status --porcelain; git diff; } | sha256sum; }
+  before=$(snapshot)
+  nbdev-export
+  nbdev-clean
+  python tools/readme.py
+  if [ "$(snapshot)" != "$before" ]; then
+    echo "FAIL: the exported package, the cleaned notebooks or README.md differ from the notebooks:" >&2
+    git status --porcelain >&2
+    git diff --stat >&2
+    exit 1
+  fi
+else
+  echo "(not a git checkout: skipped)"
+fi
+
+echo "== nbdev-test: every notebook, top to bottom, without the cells flagged slow"
+nbdev-test --n-workers 2
+
+echo "== pytest"
+python -m pytest

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The main job: set up, execute every notebook top to bottom (slow cells included) and render the
+# tutorial to HTML in _docs/. Extra arguments go to tools/render.py (see --help).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source tools/setup.sh
+python tools/render.py "$@"
