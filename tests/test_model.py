@@ -342,6 +342,12 @@ def test_block_shapes():
     assert model.generator(model(src, tgt, src_mask, tgt_mask)).shape == (B, T, V + 2)
 
 
+def test_embeddings_are_scaled_by_sqrt_d_model():
+    emb = Embeddings(D_MODEL, 11)
+    ids = torch.tensor([[0, 5, 10]])
+    torch.testing.assert_close(emb(ids), emb.lut.weight[ids] * D_MODEL**0.5)
+
+
 # --------------------------------------------------------------------------- 4. positional encoding values
 
 
