@@ -3,8 +3,8 @@
 Both models have the same sizes, embeddings, positional encoding and generator; only the encoder and
 decoder stacks differ (ours vs PyTorch's). The final LayerNorm that `nn.Transformer` always adds to
 each stack is removed in post-norm mode so both compute the same function. One step is forward,
-label-free NLL loss over non-padding targets, backward and an Adam update. Rounds alternate between
-the two models so machine noise hits both alike; the script prints the median target tokens per second
+NLL loss over non-padding targets, backward and an Adam update. Rounds alternate between
+the two models, in alternating order, so machine noise hits both alike; the script prints the median target tokens per second
 of each and their ratio.
 
     python benchmarks/bench_model.py                 # the default: a Multi30k-sized model
@@ -124,7 +124,9 @@ def main() -> None:
         train_steps(model, forward, opt, batches[:1])
     rates: dict[str, list[float]] = {name: [] for name in runs}
     for r in range(args.rounds):
-        for name, (model, forward, opt) in runs.items():
+        order = list(runs) if r % 2 == 0 else list(reversed(runs))  # neither model always goes first
+        for name in order:
+            model, forward, opt = runs[name]
             seconds, tokens = train_steps(model, forward, opt, batches)
             rates[name].append(tokens / seconds)
         print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{n} {v[-1]:,.0f} tok/s" for n, v in rates.items()), flush=True)
