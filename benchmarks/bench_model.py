@@ -3,19 +3,18 @@
 Both models have the same sizes, embeddings, positional encoding and generator; only the encoder and
 decoder stacks differ (ours vs PyTorch's). The final LayerNorm that `nn.Transformer` always adds to
 each stack is removed in post-norm mode so both compute the same function. One step is forward,
-NLL loss over non-padding targets, backward and an Adam update. Rounds alternate between
-the two models, in alternating order, so machine noise hits both alike; the script prints the median target tokens per second
-of each and their ratio.
+NLL loss over non-padding targets, backward and an Adam update. Rounds alternate between the two
+models, in alternating order, so machine noise hits both alike; the script prints the median target
+tokens per second of each and their ratio.
 
-    python benchmarks/bench_model.py                 # the default: a Multi30k-sized model
+    python benchmarks/bench_model.py                 # a Multi30k-sized model
+    python benchmarks/bench_model.py --norm-first    # the same, pre-norm
     python benchmarks/bench_model.py --preset base   # the paper's base sizes (slower)
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from dataclasses import replace
 
 import torch
@@ -23,8 +22,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from annotated_transformer.model import Embeddings, Generator, ModelConfig, PositionalEncoding, subsequent_mask
+from common import PAD, compare, make_batches
 
-PAD = 0
+SIZES = {"multi30k": ModelConfig(N=3, d_model=256, d_ff=1024, h=8), "base": ModelConfig(), "tiny": ModelConfig.preset("tiny")}
 
 
 class TorchTransformer(nn.Module):
@@ -62,27 +62,11 @@ def ours_forward(model: nn.Module, src: Tensor, tgt: Tensor) -> Tensor:
     return model(src, tgt, src_mask, tgt_mask)
 
 
-def make_batches(n: int, batch: int, max_len: int, vocab: int, seed: int = 0) -> list[tuple[Tensor, Tensor, Tensor]]:
-    "n batches of (src, tgt_in, tgt_out) with random lengths in [max_len/2, max_len], right-padded."
-    g = torch.Generator().manual_seed(seed)
-
-    def padded() -> Tensor:
-        lengths = torch.randint(max_len // 2, max_len + 1, (batch,), generator=g)
-        ids = torch.randint(1, vocab, (batch, max_len), generator=g)
-        return ids.masked_fill(torch.arange(max_len) >= lengths.unsqueeze(1), PAD)  # (B, L)
-
-    batches = []
-    for _ in range(n):
-        src, tgt = padded(), padded()
-        batches.append((src, tgt[:, :-1], tgt[:, 1:]))
-    return batches
-
-
-def train_steps(model: nn.Module, forward, optimizer: torch.optim.Optimizer, batches) -> tuple[float, int]:
-    "Seconds and target tokens for one training step on each batch."
+def train_steps(model: nn.Module, forward, optimizer: torch.optim.Optimizer, batches) -> int:
+    "One training step on each batch; returns the number of target tokens."
     tokens = 0
-    start = time.perf_counter()
-    for src, tgt_in, tgt_out in batches:
+    for src, tgt in batches:
+        tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
         logp = model.generator(forward(model, src, tgt_in))  # (B, T, V)
         n = int((tgt_out != PAD).sum())
         loss = F.nll_loss(logp.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD, reduction="sum") / n
@@ -90,50 +74,43 @@ def train_steps(model: nn.Module, forward, optimizer: torch.optim.Optimizer, bat
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         tokens += n
-    return time.perf_counter() - start, tokens
+    return tokens
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default="multi30k", choices=["multi30k", "base", "tiny"], help="model sizes")
+    parser.add_argument("--preset", default="multi30k", choices=list(SIZES), help="model sizes")
     parser.add_argument("--norm-first", action="store_true", help="pre-norm instead of the paper's post-norm")
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--batch", type=int, default=32, help="sentences per batch")
     parser.add_argument("--max-len", type=int, default=30, help="longest sentence, in tokens")
     parser.add_argument("--steps", type=int, default=5, help="steps per timed round")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per model")
+    parser.add_argument("--rounds", type=int, default=7, help="timed rounds per model")
     args = parser.parse_args()
 
-    sizes = {"multi30k": ModelConfig(N=3, d_model=256, d_ff=1024, h=8), "base": ModelConfig(), "tiny": ModelConfig.preset("tiny")}
-    cfg = replace(sizes[args.preset], norm_first=args.norm_first)
+    cfg = replace(SIZES[args.preset], norm_first=args.norm_first)
     torch.manual_seed(0)
     ours = cfg.build(args.vocab, args.vocab).train()
     theirs = TorchTransformer(args.vocab, args.vocab, cfg).train()
     n_ours, n_theirs = (sum(p.numel() for p in m.parameters()) for m in (ours, theirs))
     assert n_ours == n_theirs, f"the two models must have the same size, got {n_ours} and {n_theirs}"
-    runs = {
-        "ours": (ours, ours_forward, torch.optim.Adam(ours.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)),
-        "torch.nn.Transformer": (theirs, lambda m, s, t: m(s, t), torch.optim.Adam(theirs.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)),
-    }
+    adam = lambda m: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    opt_ours, opt_theirs = adam(ours), adam(theirs)
     batches = make_batches(args.steps, args.batch, args.max_len, args.vocab)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; N={cfg.N} d_model={cfg.d_model} d_ff={cfg.d_ff} "
-        f"h={cfg.h} norm_first={cfg.norm_first}; {n_ours / 1e6:.1f}M parameters; batch {args.batch} x <= {args.max_len} tokens"
+        f"h={cfg.h} norm_first={cfg.norm_first}; {n_ours / 1e6:.1f}M parameters; {args.steps} steps of "
+        f"{args.batch} sentences <= {args.max_len} tokens per round"
     )
-    for model, forward, opt in runs.values():  # warm-up: allocator, kernels, Adam state
-        train_steps(model, forward, opt, batches[:1])
-    rates: dict[str, list[float]] = {name: [] for name in runs}
-    for r in range(args.rounds):
-        order = list(runs) if r % 2 == 0 else list(reversed(runs))  # neither model always goes first
-        for name in order:
-            model, forward, opt = runs[name]
-            seconds, tokens = train_steps(model, forward, opt, batches)
-            rates[name].append(tokens / seconds)
-        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{n} {v[-1]:,.0f} tok/s" for n, v in rates.items()), flush=True)
-    median = {name: statistics.median(v) for name, v in rates.items()}
-    for name, rate in median.items():
-        print(f"{name:>22}: {rate:10,.0f} target tokens/s (median of {args.rounds} rounds of {args.steps} steps)")
-    print(f"ratio ours / torch.nn.Transformer: {median['ours'] / median['torch.nn.Transformer']:.2f}x")
+    medians = compare(
+        {
+            "ours": lambda: train_steps(ours, ours_forward, opt_ours, batches),
+            "torch.nn.Transformer": lambda: train_steps(theirs, lambda m, s, t: m(s, t), opt_theirs, batches),
+        },
+        args.rounds,
+        "target tokens/s",
+    )
+    print(f"ratio ours / torch.nn.Transformer: {medians['ours'] / medians['torch.nn.Transformer']:.2f}x")
 
 
 if __name__ == "__main__":
