@@ -1,0 +1,103 @@
+"""The console command `annotated-transformer`: train, evaluate and translate on Multi30k.
+
+    annotated-transformer train --out runs/multi30k
+    annotated-transformer evaluate --checkpoint runs/multi30k/last.pt --split test2016
+    annotated-transformer translate --checkpoint runs/multi30k/last.pt "Ein Mann fährt Fahrrad."
+    echo "Zwei Hunde spielen im Schnee." | annotated-transformer translate --checkpoint runs/multi30k/last.pt
+
+Hand-written (not exported from a notebook): it only parses arguments and calls the library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from annotated_transformer.data import load_multi30k
+from annotated_transformer.model import ModelConfig
+from annotated_transformer.translate import TrainConfig, bleu, detokenize, load_checkpoint, model_from_checkpoint, train, translate
+
+
+def _train(args: argparse.Namespace) -> None:
+    defaults = TrainConfig()
+    model = defaults.model if args.model == "multi30k" else replace(ModelConfig.preset(args.model), norm_first=defaults.model.norm_first)
+    config = replace(
+        defaults,
+        model=model,
+        epochs=args.epochs or defaults.epochs,
+        max_tokens=args.max_tokens or defaults.max_tokens,
+        accum_iter=args.accum_iter or defaults.accum_iter,
+        warmup=args.warmup or defaults.warmup,
+        seed=defaults.seed if args.seed is None else args.seed,
+    )
+    train(args.out, config, data_dir=args.data_dir, resume=args.resume, device=args.device, progress=not args.quiet)
+
+
+def _load(checkpoint: Path, device: str | None):
+    model, src_vocab, tgt_vocab = model_from_checkpoint(load_checkpoint(checkpoint))
+    return (model.to(device) if device else model), src_vocab, tgt_vocab
+
+
+def _evaluate(args: argparse.Namespace) -> None:
+    model, src_vocab, tgt_vocab = _load(args.checkpoint, args.device)
+    pairs = load_multi30k(args.split, args.data_dir)
+    hypotheses = translate(model, [de for de, _ in pairs], src_vocab, tgt_vocab)
+    print(f"{args.split} ({len(pairs)} sentences, greedy): {bleu(hypotheses, [en for _, en in pairs])}")
+
+
+def _translate(args: argparse.Namespace) -> None:
+    model, src_vocab, tgt_vocab = _load(args.checkpoint, args.device)
+    sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    if not sentences:
+        raise ValueError("no sentences: give them as arguments or on standard input, one a line")
+    for tokens in translate(model, sentences, src_vocab, tgt_vocab):
+        print(detokenize(tokens))
+
+
+def parser() -> argparse.ArgumentParser:
+    "The argument parser of `annotated-transformer`."
+    p = argparse.ArgumentParser(prog="annotated-transformer", description="Train, evaluate and use a Transformer on Multi30k German->English.")
+    sub = p.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", type=Path, help="folder with the Multi30k .gz files (default: $MULTI30K_DIR, else download)")
+    common.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+
+    t = sub.add_parser("train", parents=[common], help="train on Multi30k, a checkpoint per epoch")
+    t.add_argument("--out", type=Path, required=True, help="folder for checkpoints (last.pt, epochK.pt)")
+    t.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    t.add_argument("--model", default="multi30k", choices=["multi30k", "tiny", "base", "big"], help="model sizes (default multi30k: N=3, d_model=256)")
+    t.add_argument("--epochs", type=int, help=f"total epochs (default {TrainConfig().epochs})")
+    t.add_argument("--max-tokens", type=int, help=f"tokens per batch (default {TrainConfig().max_tokens})")
+    t.add_argument("--accum-iter", type=int, help="batches per optimizer step (default 1)")
+    t.add_argument("--warmup", type=int, help=f"warmup steps (default {TrainConfig().warmup})")
+    t.add_argument("--seed", type=int, help="random seed (default 0)")
+    t.add_argument("--quiet", action="store_true", help="no progress bars")
+    t.set_defaults(run=_train)
+
+    e = sub.add_parser("evaluate", parents=[common], help="BLEU of a checkpoint on a Multi30k split")
+    e.add_argument("--checkpoint", type=Path, required=True)
+    e.add_argument("--split", default="test2016", choices=["train", "val", "test2016"])
+    e.set_defaults(run=_evaluate)
+
+    tr = sub.add_parser("translate", parents=[common], help="translate German sentences (arguments or stdin)")
+    tr.add_argument("--checkpoint", type=Path, required=True)
+    tr.add_argument("sentences", nargs="*", help="German sentences; read from standard input if none")
+    tr.set_defaults(run=_translate)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    "Entry point: run the command; report expected errors in one line, without a traceback."
+    args = parser().parse_args(argv)
+    try:
+        args.run(args)
+    except (ValueError, FileNotFoundError, ConnectionError) as error:
+        print(f"annotated-transformer {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,838 @@
+"""Tests for annotated_transformer.data.
+
+What is checked:
+1. Download: files come from a local HTTP server into the cache ($XDG_CACHE_HOME/annotated-transformer/multi30k),
+   the cache is reused, corrupt or truncated files raise and leave nothing behind, and an unreachable server or a
+   404 raises a ConnectionError that says how to work offline (data_dir= / $MULTI30K_DIR).
+2. data_dir and $MULTI30K_DIR: local folders, missing files, unknown splits.
+3. Bad input: misaligned files, empty lines, invalid UTF-8, Windows line endings.
+4. `Vocab`: min_freq, special tokens first, deterministic order, encode/decode, state_dict (through torch.save too), errors.
+5. spaCy tokenizers and `tokenize_all`.
+6. `encode_pairs`, `collate` and `make_loader`: every pair exactly once per epoch, the token budget, padding and masks,
+   epochs and data-parallel shards.
+
+Everything is made here: a few hundred synthetic German/English pairs, gzipped into a pytest tmp_path and served from
+127.0.0.1. No internet, no ../shared folder and no real cache are needed or touched (urlopen refuses other hosts).
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import http.server
+import random
+import re
+import socket
+import threading
+import urllib.parse
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+import annotated_transformer.data as data
+from annotated_transformer.data import (
+    DATA_DIR_ENV,
+    SPECIALS,
+    EncodedPairs,
+    Vocab,
+    cache_dir,
+    collate,
+    download,
+    encode_pairs,
+    load_multi30k,
+    load_tokenizers,
+    make_loader,
+    multi30k_paths,
+    read_lines,
+    split_files,
+    tokenize_all,
+)
+from annotated_transformer.training import Batch
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Synthetic data
+# ---------------------------------------------------------------------------------------------------------------------
+
+SUBJECTS = [
+    ("Ein Mann", "A man"), ("Eine Frau", "A woman"), ("Ein Kind", "A child"), ("Ein Hund", "A dog"),
+    ("Zwei Männer", "Two men"), ("Drei Mädchen", "Three girls"), ("Ein alter Mann", "An old man"),
+]
+VERBS = [
+    ("fährt", "rides"), ("sieht", "sees"), ("trägt", "carries"), ("sucht", "looks for"), ("malt", "paints"),
+]
+OBJECTS = [
+    ("ein Fahrrad", "a bike"), ("einen Ball", "a ball"), ("ein rotes Auto", "a red car"),
+    ("eine große Tasche", "a big bag"), ("einen kleinen Hut", "a small hat"),
+]
+PLACES = [
+    ("", ""), (" im Park", " in the park"), (" am Strand", " on the beach"),
+    (" auf der Straße vor dem alten Haus", " on the street in front of the old house"),
+]
+
+
+def synthetic_pairs(n: int, seed: int = 0) -> list[tuple[str, str]]:
+    "n distinct (German, English) sentence pairs of varying length, deterministic in `seed`."
+    combos = [(s, v, o, p) for s in SUBJECTS for v in VERBS for o in OBJECTS for p in PLACES]
+    assert n <= len(combos)
+    chosen = random.Random(seed).sample(combos, n)
+    return [
+        (f"{s[0]} {v[0]} {o[0]}{p[0]}.", f"{s[1]} {v[1]} {o[1]}{p[1]}.")
+        for s, v, o, p in chosen
+    ]
+
+
+SPLIT_SIZES = {"train": 300, "val": 40, "test2016": 30}
+
+
+def split_pairs(split: str) -> list[tuple[str, str]]:
+    seed = list(SPLIT_SIZES).index(split)
+    return synthetic_pairs(SPLIT_SIZES[split], seed=seed)
+
+
+def gz(text: str | bytes) -> bytes:
+    "Deterministic gzip bytes (mtime 0)."
+    return gzip.compress(text.encode("utf-8") if isinstance(text, str) else text, mtime=0)
+
+
+def write_gz(path: Path, content: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gz(content))
+    return path
+
+
+def write_split(folder: Path, split: str, pairs: list[tuple[str, str]]) -> tuple[Path, Path]:
+    de_name, en_name = split_files(split)
+    return (
+        write_gz(folder / de_name, "".join(de + "\n" for de, _ in pairs)),
+        write_gz(folder / en_name, "".join(en + "\n" for _, en in pairs)),
+    )
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def dataset_dir(tmp_path) -> Path:
+    "A folder with all six synthetic Multi30k files."
+    folder = tmp_path / "multi30k_files"
+    for split in SPLIT_SIZES:
+        write_split(folder, split, split_pairs(split))
+    return folder
+
+
+@pytest.fixture
+def hashes(dataset_dir, monkeypatch) -> dict[str, str]:
+    "SHA-256 table of the synthetic files, patched into the module in place of the real one."
+    table = {p.name: sha256(p) for p in sorted(dataset_dir.iterdir())}
+    assert sorted(table) == sorted(data.SHA256)
+    monkeypatch.setattr(data, "SHA256", table)
+    return table
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Isolation: no real cache, no $MULTI30K_DIR, no proxies, no network other than 127.0.0.1
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch) -> Path:
+    "Point the cache into tmp_path, forget $MULTI30K_DIR and proxies, and refuse downloads from anywhere but 127.0.0.1."
+    cache_home = tmp_path / "xdg_cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
+    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("no_proxy", "*")
+    monkeypatch.setenv("NO_PROXY", "*")
+
+    real_urlopen = urllib.request.urlopen
+
+    def local_only_urlopen(url, *args, **kwargs):
+        host = urllib.parse.urlsplit(url if isinstance(url, str) else url.full_url).hostname
+        if host != "127.0.0.1":
+            raise AssertionError(f"the tests must not reach the network, but {url} was requested")
+        return real_urlopen(url, *args, **kwargs)
+
+    monkeypatch.setattr(urllib.request, "urlopen", local_only_urlopen)
+    return cache_home
+
+
+@pytest.fixture
+def multi30k_cache(isolated) -> Path:
+    return isolated / "annotated-transformer" / "multi30k"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A local HTTP server
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class CountingHandler(http.server.SimpleHTTPRequestHandler):
+    "Serves a folder and records the requested paths on the server."
+
+    def do_GET(self):
+        self.server.requests.append(self.path)
+        super().do_GET()
+
+    def log_message(self, format, *args):  # keep the test output quiet
+        pass
+
+
+class TruncatingHandler(CountingHandler):
+    "Announces the full file but sends only its first half, then closes the connection."
+
+    def do_GET(self):
+        self.server.requests.append(self.path)
+        body = (Path(self.directory) / Path(self.path).name).read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body[: len(body) // 2])
+        self.close_connection = True
+
+
+@pytest.fixture
+def serve():
+    "serve(folder, handler=CountingHandler) -> (base_url ending in '/', server); every server is shut down afterwards."
+    servers = []
+
+    def start(folder: Path, handler=CountingHandler):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
+        server.daemon_threads = True
+        server.requests = []
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        return f"http://127.0.0.1:{server.server_address[1]}/", server
+
+    yield start
+    for server, thread in servers:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def stop(server) -> None:
+    server.shutdown()
+    server.server_close()
+
+
+def closed_port() -> int:
+    "A port on 127.0.0.1 that nothing listens on."
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 1. Download and cache
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_split_files_and_cache_dir(isolated, monkeypatch, tmp_path):
+    assert split_files("train") == ("train.de.gz", "train.en.gz")
+    assert split_files("val") == ("val.de.gz", "val.en.gz")
+    assert split_files("test2016") == ("test_2016_flickr.de.gz", "test_2016_flickr.en.gz")
+    assert cache_dir() == isolated / "annotated-transformer" / "multi30k"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_dir() == tmp_path / "home" / ".cache" / "annotated-transformer" / "multi30k"
+
+
+def test_download_lands_in_cache_and_loads(dataset_dir, hashes, serve, multi30k_cache):
+    base_url, server = serve(dataset_dir)
+    pairs = load_multi30k("train", base_url=base_url)
+    assert pairs == split_pairs("train")
+    assert sorted(server.requests) == ["/train.de.gz", "/train.en.gz"]
+    assert sorted(p.name for p in multi30k_cache.iterdir()) == ["train.de.gz", "train.en.gz"]  # no .part leftovers
+    for name in ("train.de.gz", "train.en.gz"):
+        assert (multi30k_cache / name).read_bytes() == (dataset_dir / name).read_bytes()
+    assert multi30k_paths("train", base_url=base_url) == (multi30k_cache / "train.de.gz", multi30k_cache / "train.en.gz")
+
+    # The other splits, each with its own pairs.
+    assert load_multi30k("val", base_url=base_url) == split_pairs("val")
+    assert load_multi30k("test2016", base_url=base_url) == split_pairs("test2016")
+    assert sorted(p.name for p in multi30k_cache.iterdir()) == sorted(hashes)
+
+
+def test_second_load_uses_the_cache(dataset_dir, hashes, serve):
+    base_url, server = serve(dataset_dir)
+    first = load_multi30k("val", base_url=base_url)
+    assert len(server.requests) == 2
+    second = load_multi30k("val", base_url=base_url)
+    assert len(server.requests) == 2, f"the cached files were downloaded again: {server.requests}"
+    stop(server)  # with the server gone, only the cache can answer
+    third = load_multi30k("val", base_url=base_url)
+    assert first == second == third == split_pairs("val")
+
+
+def test_download_function_directly(dataset_dir, serve, tmp_path):
+    base_url, server = serve(dataset_dir)
+    dest = tmp_path / "somewhere" / "new" / "val.en.gz"
+    source = dataset_dir / "val.en.gz"
+    assert download(base_url + "val.en.gz", dest, sha256(source)) == dest
+    assert dest.read_bytes() == source.read_bytes()
+    assert [p.name for p in dest.parent.iterdir()] == ["val.en.gz"]
+
+
+def test_download_wrong_hash_leaves_nothing(dataset_dir, serve, tmp_path):
+    base_url, _ = serve(dataset_dir)
+    dest = tmp_path / "dl" / "val.en.gz"
+    with pytest.raises(ValueError, match="corrupt"):
+        download(base_url + "val.en.gz", dest, "0" * 64)
+    assert list(dest.parent.iterdir()) == []
+
+
+def test_corrupt_download_raises_and_caches_nothing(dataset_dir, hashes, serve, multi30k_cache, tmp_path):
+    # Serve files that differ from the ones whose hashes the table holds.
+    bad_dir = tmp_path / "tampered"
+    for split in SPLIT_SIZES:
+        pairs = split_pairs(split)
+        write_split(bad_dir, split, [(de.replace("Mann", "Frau"), en) for de, en in pairs])
+    assert sha256(bad_dir / "train.de.gz") != hashes["train.de.gz"]
+    base_url, server = serve(bad_dir)
+    with pytest.raises(ValueError, match="corrupt") as info:
+        load_multi30k("train", base_url=base_url)
+    assert "train.de.gz" in str(info.value)
+    assert server.requests == ["/train.de.gz"]
+    assert not multi30k_cache.exists() or list(multi30k_cache.iterdir()) == []
+
+    # A later good download still works.
+    good_url, _ = serve(dataset_dir)
+    assert load_multi30k("train", base_url=good_url) == split_pairs("train")
+
+
+def test_truncated_download_raises_and_caches_nothing(dataset_dir, hashes, serve, multi30k_cache):
+    base_url, server = serve(dataset_dir, TruncatingHandler)
+    with pytest.raises(ValueError, match="corrupt"):
+        load_multi30k("val", base_url=base_url)
+    assert server.requests == ["/val.de.gz"]
+    assert not multi30k_cache.exists() or list(multi30k_cache.iterdir()) == []
+
+
+def assert_offline_hint(message: str) -> None:
+    assert "data_dir" in message
+    assert DATA_DIR_ENV in message
+
+
+def test_server_down_raises_connection_error(hashes, multi30k_cache):
+    base_url = f"http://127.0.0.1:{closed_port()}/"
+    with pytest.raises(ConnectionError) as info:
+        load_multi30k("train", base_url=base_url)
+    assert_offline_hint(str(info.value))
+    assert base_url + "train.de.gz" in str(info.value)
+    assert not multi30k_cache.exists() or list(multi30k_cache.iterdir()) == []
+
+
+def test_http_404_raises_connection_error(hashes, serve, multi30k_cache, tmp_path):
+    empty = tmp_path / "empty_site"
+    empty.mkdir()
+    base_url, server = serve(empty)
+    with pytest.raises(ConnectionError) as info:
+        load_multi30k("val", base_url=base_url)
+    assert_offline_hint(str(info.value))
+    assert "404" in str(info.value)
+    assert server.requests == ["/val.de.gz"]
+    assert not multi30k_cache.exists() or list(multi30k_cache.iterdir()) == []
+
+
+def test_stopped_server_raises_connection_error(dataset_dir, hashes, serve):
+    base_url, server = serve(dataset_dir)
+    stop(server)
+    with pytest.raises(ConnectionError) as info:
+        load_multi30k("test2016", base_url=base_url)
+    assert_offline_hint(str(info.value))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 2. data_dir and $MULTI30K_DIR
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_data_dir_reads_local_folder(dataset_dir, multi30k_cache):
+    for split in SPLIT_SIZES:
+        assert load_multi30k(split, data_dir=dataset_dir) == split_pairs(split)
+        assert load_multi30k(split, data_dir=str(dataset_dir)) == split_pairs(split)
+    assert multi30k_paths("val", data_dir=dataset_dir) == (dataset_dir / "val.de.gz", dataset_dir / "val.en.gz")
+    assert not multi30k_cache.exists()  # nothing downloaded or cached
+
+
+def test_data_dir_does_not_check_hashes(tmp_path):
+    "Local files are the user's own: any line-aligned files are read."
+    folder = tmp_path / "own"
+    write_split(folder, "val", [("Hallo Welt.", "Hello world.")])
+    assert load_multi30k("val", data_dir=folder) == [("Hallo Welt.", "Hello world.")]
+
+
+def test_env_var_reads_local_folder(dataset_dir, monkeypatch, multi30k_cache):
+    monkeypatch.setenv(DATA_DIR_ENV, str(dataset_dir))
+    assert load_multi30k("val") == split_pairs("val")
+    assert load_multi30k("train") == split_pairs("train")
+    assert multi30k_paths("test2016") == (dataset_dir / "test_2016_flickr.de.gz", dataset_dir / "test_2016_flickr.en.gz")
+    assert not multi30k_cache.exists()
+
+
+def test_data_dir_argument_wins_over_env_var(dataset_dir, monkeypatch, tmp_path):
+    other = tmp_path / "other"
+    write_split(other, "val", [("Ein Satz.", "A sentence.")])
+    monkeypatch.setenv(DATA_DIR_ENV, str(dataset_dir))
+    assert load_multi30k("val", data_dir=other) == [("Ein Satz.", "A sentence.")]
+
+
+@pytest.mark.parametrize("via_env", [False, True])
+def test_missing_file_in_data_dir(tmp_path, monkeypatch, via_env):
+    folder = tmp_path / "partial"
+    write_split(folder, "val", split_pairs("val"))
+    (folder / "val.en.gz").unlink()
+    if via_env:
+        monkeypatch.setenv(DATA_DIR_ENV, str(folder))
+    for call in (load_multi30k, multi30k_paths):  # found missing before anything is read
+        with pytest.raises(FileNotFoundError) as info:
+            call("val", data_dir=None if via_env else folder)
+        assert str(folder / "val.en.gz") in str(info.value)
+        assert str(folder / "val.de.gz") + "," not in str(info.value)  # the present file is not reported missing
+
+
+def test_missing_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="train.de.gz"):
+        load_multi30k("train", data_dir=tmp_path / "does_not_exist")
+
+
+@pytest.mark.parametrize("split", ["training", "test", "Train", "", "test_2016_flickr"])
+def test_unknown_split(split, dataset_dir):
+    with pytest.raises(ValueError, match="unknown Multi30k split"):
+        load_multi30k(split, data_dir=dataset_dir)
+    with pytest.raises(ValueError):
+        split_files(split)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 3. Bad input
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_line_count_mismatch(tmp_path):
+    folder = tmp_path / "misaligned"
+    de, en = write_split(folder, "val", [(f"Satz {i}.", f"Sentence {i}.") for i in range(11)])
+    write_gz(en, "".join(f"Sentence {i}.\n" for i in range(7)))
+    with pytest.raises(ValueError) as info:
+        load_multi30k("val", data_dir=folder)
+    message = str(info.value)
+    assert str(de) in message and str(en) in message
+    rest = message.replace(str(de), "").replace(str(en), "")
+    assert re.search(r"\b11\b", rest) and re.search(r"\b7\b", rest), message
+
+
+def test_empty_line(tmp_path):
+    path = write_gz(tmp_path / "f.de.gz", "Eins.\nZwei.\n\nVier.\n")
+    with pytest.raises(ValueError, match=re.escape(f"{path}:3")):
+        read_lines(path)
+
+
+def test_whitespace_only_line(tmp_path):
+    path = write_gz(tmp_path / "f.de.gz", "Eins.\n \t \r\nDrei.\n")
+    with pytest.raises(ValueError, match=re.escape(f"{path}:2")):
+        read_lines(path)
+
+
+def test_empty_line_through_load(tmp_path):
+    folder = tmp_path / "gap"
+    de, en = write_split(folder, "val", [("Eins.", "One."), ("Zwei.", "Two.")])
+    write_gz(en, "One.\n\n")  # two lines, the second empty
+    with pytest.raises(ValueError, match=re.escape(f"{en}:2")):
+        load_multi30k("val", data_dir=folder)
+
+
+def test_invalid_utf8(tmp_path):
+    path = write_gz(tmp_path / "f.en.gz", b"Fine.\nAlso fine.\nBroken \xff\xfe here.\n")
+    with pytest.raises(ValueError, match=re.escape(f"{path}:3")) as info:
+        read_lines(path)
+    assert "invalid UTF-8" in str(info.value)
+
+
+def test_invalid_utf8_through_load(tmp_path):
+    folder = tmp_path / "latin1"
+    de, _ = write_split(folder, "val", [("a", "a"), ("b", "b")])
+    write_gz(de, "Ein Mann.\nGroße Straße.\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=re.escape(f"{de}:2")) as info:
+        load_multi30k("val", data_dir=folder)
+    assert "invalid UTF-8" in str(info.value)
+
+
+def test_windows_line_endings_are_stripped(tmp_path):
+    folder = tmp_path / "crlf"
+    de, en = write_split(folder, "val", [])
+    write_gz(de, "Ein Mann fährt.\r\nZwei Frauen.\r\nDrei Kinder.")  # no final line ending
+    write_gz(en, "A man rides.\r\nTwo women.\r\nThree children.\r\n")
+    assert read_lines(de) == ["Ein Mann fährt.", "Zwei Frauen.", "Drei Kinder."]
+    assert load_multi30k("val", data_dir=folder) == [
+        ("Ein Mann fährt.", "A man rides."), ("Zwei Frauen.", "Two women."), ("Drei Kinder.", "Three children."),
+    ]
+
+
+def test_read_lines_keeps_inner_whitespace_and_unicode(tmp_path):
+    lines = ["  Ein Mann  fährt.", "Straße — “Zitat”", "日本語のテキスト"]
+    path = write_gz(tmp_path / "u.de.gz", "\n".join(lines) + "\n")
+    assert read_lines(path) == lines
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 4. Vocab
+# ---------------------------------------------------------------------------------------------------------------------
+
+SENTENCES = [
+    ["the", "dog", "runs", "."],
+    ["the", "cat", "sleeps", "."],
+    ["a", "dog", "and", "a", "cat", "."],
+    ["zebra", "zebra", "apple", "apple", "once"],
+]
+# counts: . 3, the 2, dog 2, cat 2, a 2, zebra 2, apple 2; runs, sleeps, and, once 1
+
+
+def test_vocab_build_default_min_freq():
+    vocab = Vocab.build(SENTENCES)
+    assert vocab.itos == [*SPECIALS, ".", "a", "apple", "cat", "dog", "the", "zebra"]
+    assert len(vocab) == 11
+    assert [vocab.stoi[s] for s in SPECIALS] == [0, 1, 2, 3]
+    assert (vocab.bos, vocab.eos, vocab.pad, vocab.unk) == (0, 1, 2, 3)
+    assert vocab.itos[:4] == ["<s>", "</s>", "<blank>", "<unk>"]
+    for token in ("runs", "sleeps", "and", "once"):
+        assert token not in vocab.stoi
+
+
+def test_vocab_build_min_freq_values():
+    assert Vocab.build(SENTENCES, min_freq=1).itos == [
+        *SPECIALS, ".", "a", "apple", "cat", "dog", "the", "zebra", "and", "once", "runs", "sleeps",
+    ]
+    assert Vocab.build(SENTENCES, min_freq=3).itos == [*SPECIALS, "."]
+    assert Vocab.build(SENTENCES, min_freq=100).itos == list(SPECIALS)
+    assert Vocab.build([]).itos == list(SPECIALS)
+
+
+def test_vocab_order_is_frequency_then_alphabetical_and_deterministic():
+    sentences = [["b"] * 5, ["c"] * 3, ["a"] * 3, ["d"] * 7, ["B"] * 3]
+    expected = [*SPECIALS, "d", "b", "B", "a", "c"]  # ties sorted by code point ("B" < "a")
+    assert Vocab.build(sentences).itos == expected
+    for seed in range(5):
+        shuffled = [list(s) for s in sentences]
+        random.Random(seed).shuffle(shuffled)
+        assert Vocab.build(shuffled).itos == expected
+    assert Vocab.build(iter(sentences)).itos == expected  # any iterable, consumed once
+
+
+def test_vocab_build_skips_specials_in_the_text():
+    vocab = Vocab.build([["<unk>", "<s>", "x", "</s>", "<blank>"]] * 3)
+    assert vocab.itos == [*SPECIALS, "x"]
+
+
+def test_encode_decode_round_trip():
+    vocab = Vocab.build(SENTENCES)
+    tokens = ["the", "dog", "zebra", "a", "."]
+    ids = vocab.encode(tokens)
+    assert ids == [vocab.stoi[t] for t in tokens]
+    assert all(4 <= i < len(vocab) for i in ids)
+    assert vocab.decode(ids) == tokens
+    assert vocab.decode(torch.tensor(ids)) == tokens  # tensors work too
+    # Every token of the vocabulary round-trips.
+    words = vocab.itos[4:]
+    assert vocab.decode(vocab.encode(words)) == words
+
+
+def test_unknown_tokens():
+    vocab = Vocab.build(SENTENCES)
+    assert vocab.encode(["the", "runs", "never-seen", "<unk>"]) == [vocab.stoi["the"], 3, 3, 3]
+    assert vocab.decode(vocab.encode(["the", "runs", "."])) == ["the", "<unk>", "."]
+    assert vocab.encode([]) == []
+    assert vocab.decode([]) == []
+
+
+def test_decode_specials():
+    vocab = Vocab.build(SENTENCES)
+    the, dog = vocab.stoi["the"], vocab.stoi["dog"]
+    ids = [vocab.bos, the, vocab.pad, dog, vocab.unk, vocab.eos, the, vocab.pad, vocab.pad]
+    assert vocab.decode(ids) == ["the", "dog", "<unk>"]
+    assert vocab.decode(ids, strip_specials=False) == [
+        "<s>", "the", "<blank>", "dog", "<unk>", "</s>", "the", "<blank>", "<blank>",
+    ]
+    assert vocab.decode([vocab.eos, the, dog]) == []
+    assert vocab.decode([vocab.bos, vocab.pad]) == []
+    assert vocab.decode(torch.tensor(ids)) == ["the", "dog", "<unk>"]
+
+
+def test_state_dict_round_trip(tmp_path):
+    vocab = Vocab.build(SENTENCES, min_freq=1)
+    state = vocab.state_dict()
+    assert state == {"itos": vocab.itos}
+    state["itos"].append("mutated")  # the state is a copy
+    assert "mutated" not in vocab.itos
+    restored = Vocab.from_state_dict(vocab.state_dict())
+    assert restored.itos == vocab.itos and restored.stoi == vocab.stoi
+    assert restored.encode(["dog", "nope"]) == vocab.encode(["dog", "nope"])
+
+    # As in a checkpoint: saved with torch.save, loaded with torch.load (safe weights-only loading too).
+    path = tmp_path / "checkpoint.pt"
+    torch.save({"src_vocab": vocab.state_dict(), "tgt_vocab": Vocab.build(SENTENCES).state_dict()}, path)
+    for kwargs in ({}, {"weights_only": True}):
+        checkpoint = torch.load(path, **kwargs)
+        src = Vocab.from_state_dict(checkpoint["src_vocab"])
+        tgt = Vocab.from_state_dict(checkpoint["tgt_vocab"])
+        assert src.itos == vocab.itos
+        assert tgt.itos == Vocab.build(SENTENCES).itos
+        assert src.decode(src.encode(["a", "cat", "sleeps"])) == ["a", "cat", "sleeps"]
+
+
+@pytest.mark.parametrize(
+    "tokens",
+    [
+        ["dog", *SPECIALS],
+        ["<s>", "</s>", "<unk>", "<blank>", "dog"],  # wrong order
+        list(SPECIALS[:3]),  # too short
+        [],
+        ["<s>", "</s>", "<blank>"],
+    ],
+)
+def test_vocab_needs_specials_first(tokens):
+    with pytest.raises(ValueError, match="special tokens"):
+        Vocab(tokens)
+
+
+@pytest.mark.parametrize("tokens", [[*SPECIALS, "dog", "cat", "dog"], [*SPECIALS, "<unk>"], [*SPECIALS, "x", "x"]])
+def test_vocab_rejects_duplicates(tokens):
+    with pytest.raises(ValueError, match="twice"):
+        Vocab(tokens)
+    with pytest.raises(ValueError):
+        Vocab.from_state_dict({"itos": tokens})
+
+
+def test_vocab_accepts_tuple_and_specials_only():
+    assert Vocab(SPECIALS).itos == list(SPECIALS)
+    assert Vocab((*SPECIALS, "x")).stoi["x"] == 4
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 5. Tokenizers
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tokenizers():
+    return load_tokenizers()
+
+
+def test_tokenizers_split_punctuation(tokenizers):
+    de, en = tokenizers
+    assert [t.text for t in de("Ein Mann fährt Fahrrad.")] == ["Ein", "Mann", "fährt", "Fahrrad", "."]
+    assert [t.text for t in en("Two dogs run, fast!")] == ["Two", "dogs", "run", ",", "fast", "!"]
+    # Each language has its own exceptions: German ordinals and abbreviations, English contractions.
+    assert [t.text for t in de("Am 3. Mai z.B. nicht.")] == ["Am", "3.", "Mai", "z.B.", "nicht", "."]
+    assert [t.text for t in en("The dog doesn't run.")] == ["The", "dog", "does", "n't", "run", "."]
+
+
+def test_tokenize_all(tokenizers, capsys):
+    de, en = tokenizers
+    texts = ["Ein Mann fährt Fahrrad.", "Zwei Frauen, die am Strand spielen!"]
+    assert tokenize_all(texts, de, progress=False) == [
+        ["Ein", "Mann", "fährt", "Fahrrad", "."],
+        ["Zwei", "Frauen", ",", "die", "am", "Strand", "spielen", "!"],
+    ]
+    assert tokenize_all([], en, progress=False) == []
+    assert capsys.readouterr().err == ""  # no progress bar
+    # Many texts (more than one spaCy batch would be needed at a small batch size) keep their order.
+    many = [f"Satz {i}, bitte!" for i in range(250)]
+    assert tokenize_all(many, de, progress=False) == [["Satz", str(i), ",", "bitte", "!"] for i in range(250)]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 6. encode_pairs, collate, make_loader
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_encode_pairs_wraps_with_start_and_end():
+    src_vocab = Vocab.build([["ein", "mann"]], min_freq=1)
+    tgt_vocab = Vocab.build([["a", "man", "walks"]], min_freq=1)
+    encoded = encode_pairs([["ein", "mann"], ["mann", "unbekannt"]], [["a", "man", "walks"], ["man"]], src_vocab, tgt_vocab)
+    assert isinstance(encoded, EncodedPairs)
+    assert len(encoded) == 2
+    assert encoded.src[0].tolist() == [0, src_vocab.stoi["ein"], src_vocab.stoi["mann"], 1]
+    assert encoded.src[1].tolist() == [0, src_vocab.stoi["mann"], src_vocab.unk, 1]
+    assert encoded.tgt[0].tolist() == [0, *tgt_vocab.encode(["a", "man", "walks"]), 1]
+    assert encoded.tgt[1].tolist() == [0, tgt_vocab.stoi["man"], 1]
+    assert encoded.src[0].dtype == torch.long
+    assert encoded.lengths() == [5, 4]  # the longer side, with <s> and </s>
+    src, tgt = encoded[1]
+    assert src.tolist() == encoded.src[1].tolist() and tgt.tolist() == encoded.tgt[1].tolist()
+    # Empty token lists still get both symbols.
+    assert encode_pairs([[]], [[]], src_vocab, tgt_vocab).src[0].tolist() == [0, 1]
+
+
+def test_collate_pads_right():
+    pairs = [(torch.tensor([0, 5, 6, 1]), torch.tensor([0, 7, 1])), (torch.tensor([0, 5, 1]), torch.tensor([0, 7, 8, 9, 1]))]
+    batch = collate(pairs, pad=2)
+    assert isinstance(batch, Batch)
+    assert batch.src.tolist() == [[0, 5, 6, 1], [0, 5, 1, 2]]
+    assert batch.tgt.tolist() == [[0, 7, 1, 2], [0, 7, 8, 9]]
+    assert batch.tgt_y.tolist() == [[7, 1, 2, 2], [7, 8, 9, 1]]
+    assert batch.ntokens == 6
+
+
+@pytest.fixture(scope="module")
+def corpus(tokenizers):
+    "The synthetic train split, tokenized with spaCy and encoded: (pairs, src_vocab, tgt_vocab, EncodedPairs)."
+    de_tok, en_tok = tokenizers
+    pairs = split_pairs("train")
+    src_tokens = tokenize_all([de for de, _ in pairs], de_tok, progress=False)
+    tgt_tokens = tokenize_all([en for _, en in pairs], en_tok, progress=False)
+    src_vocab = Vocab.build(src_tokens, min_freq=1)  # every token known: batches decode back to the text
+    tgt_vocab = Vocab.build(tgt_tokens, min_freq=1)
+    encoded = encode_pairs(src_tokens, tgt_tokens, src_vocab, tgt_vocab)
+    return list(zip(map(tuple, src_tokens), map(tuple, tgt_tokens))), src_vocab, tgt_vocab, encoded
+
+
+def unpad(row: list[int], pad: int) -> list[int]:
+    "A padded row of <s> ... </s> <blank>*: checks the layout and returns the ids without padding."
+    n = len(row)
+    while n and row[n - 1] == pad:
+        n -= 1
+    ids = row[:n]
+    assert pad not in ids, f"padding inside a sentence: {row}"
+    assert ids[0] == 0 and ids[-1] == 1 and 0 not in ids[1:] and 1 not in ids[:-1], row
+    return ids
+
+
+def check_batch(batch: Batch, pad: int, max_tokens: int) -> list[tuple[list[int], list[int]]]:
+    "Check one batch's shapes, padding, masks and budget; return its (src ids, tgt ids) rows without padding."
+    assert isinstance(batch, Batch)
+    B, S = batch.src.shape
+    T = batch.tgt.size(1)
+    assert batch.tgt.shape == batch.tgt_y.shape == (B, T)
+    assert batch.src.dtype == batch.tgt.dtype == torch.long
+    assert B == 1 or B * max(S, T + 1) <= max_tokens, f"{B} x {max(S, T + 1)} > {max_tokens}"
+    # The full target is tgt plus the last label; tgt_y is tgt shifted by one.
+    full_tgt = torch.cat([batch.tgt, batch.tgt_y[:, -1:]], dim=1)
+    assert torch.equal(batch.tgt[:, 1:], batch.tgt_y[:, :-1])
+    # Masks
+    assert batch.src_mask.shape == (B, 1, S)
+    assert torch.equal(batch.src_mask, (batch.src != pad).unsqueeze(-2))
+    assert batch.tgt_mask.shape == (B, T, T)
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    assert torch.equal(batch.tgt_mask, (batch.tgt != pad).unsqueeze(-2) & causal)
+    assert batch.ntokens == int((batch.tgt_y != pad).sum())
+    rows = []
+    for src_row, tgt_row in zip(batch.src.tolist(), full_tgt.tolist()):
+        rows.append((unpad(src_row, pad), unpad(tgt_row, pad)))
+    # No column is padding throughout: padded to the longest row.
+    assert max(len(s) for s, _ in rows) == S
+    assert max(len(t) for _, t in rows) == T + 1
+    assert int(batch.src_mask.sum()) == sum(len(s) for s, _ in rows)
+    return rows
+
+
+def epoch_pairs(loader, src_vocab, tgt_vocab, pad, max_tokens) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    out = []
+    for batch in loader:
+        for src_ids, tgt_ids in check_batch(batch, pad, max_tokens):
+            out.append((tuple(src_vocab.decode(src_ids)), tuple(tgt_vocab.decode(tgt_ids))))
+    return out
+
+
+@pytest.mark.parametrize("max_tokens", [60, 200, 1000])
+def test_loader_covers_every_pair_once(corpus, max_tokens):
+    token_pairs, src_vocab, tgt_vocab, encoded = corpus
+    assert len(token_pairs) == 300 and src_vocab.pad == tgt_vocab.pad == 2
+    loader = make_loader(encoded, pad=src_vocab.pad, max_tokens=max_tokens, seed=1)
+    for epoch in range(2):
+        loader.batch_sampler.set_epoch(epoch)
+        seen = epoch_pairs(loader, src_vocab, tgt_vocab, src_vocab.pad, max_tokens)
+        assert Counter(seen) == Counter(token_pairs)
+        assert len(seen) == len(token_pairs)
+    assert len(loader) == len(list(loader)) > 1
+
+
+def test_loader_batches_are_length_bucketed(corpus):
+    token_pairs, src_vocab, _, encoded = corpus
+    loader = make_loader(encoded, pad=src_vocab.pad, max_tokens=150, shuffle=False)
+    lengths = [max(b.src.size(1), b.tgt.size(1) + 1) for b in loader]
+    assert lengths == sorted(lengths)  # without shuffling: shortest first
+    # Padding is modest: buckets of similar length (the longest side of each pair is within the batch's width).
+    total_real = sum(encoded.lengths())
+    total_padded = sum(b.src.size(0) * max(b.src.size(1), b.tgt.size(1) + 1) for b in loader)
+    assert total_padded < 1.5 * total_real
+
+
+def test_loader_set_epoch_changes_order_deterministically(corpus):
+    _, src_vocab, _, encoded = corpus
+    pad = src_vocab.pad
+
+    def order(loader):
+        return [tuple(map(tuple, b.src.tolist())) for b in loader]
+
+    loader = make_loader(encoded, pad=pad, max_tokens=200, seed=3)
+    epoch0 = order(loader)
+    assert order(loader) == epoch0  # same epoch, same order
+    assert order(make_loader(encoded, pad=pad, max_tokens=200, seed=3)) == epoch0  # a fresh loader, same seed
+    loader.batch_sampler.set_epoch(1)
+    epoch1 = order(loader)
+    assert epoch1 != epoch0
+    def sentences(batches):
+        return Counter(tuple(unpad(list(r), pad)) for b in batches for r in b)
+
+    assert sentences(epoch1) == sentences(epoch0)
+    loader.batch_sampler.set_epoch(0)
+    assert order(loader) == epoch0
+    assert order(make_loader(encoded, pad=pad, max_tokens=200, seed=4)) != epoch0
+
+
+def test_loader_replicas_are_disjoint(corpus):
+    token_pairs, src_vocab, tgt_vocab, encoded = corpus
+    pad, max_tokens = src_vocab.pad, 120
+    index = {pair: i for i, pair in enumerate(token_pairs)}
+    assert len(index) == len(token_pairs)  # synthetic pairs are distinct
+    shards = []
+    for rank in range(2):
+        loader = make_loader(encoded, pad=pad, max_tokens=max_tokens, seed=5, num_replicas=2, rank=rank)
+        loader.batch_sampler.set_epoch(2)
+        shards.append([index[p] for p in epoch_pairs(loader, src_vocab, tgt_vocab, pad, max_tokens)])
+    a, b = shards
+    assert len(a) == len(set(a)) and len(b) == len(set(b))
+    assert set(a).isdisjoint(b)
+    assert len(list(make_loader(encoded, pad=pad, max_tokens=max_tokens, num_replicas=2, rank=0))) == len(
+        list(make_loader(encoded, pad=pad, max_tokens=max_tokens, num_replicas=2, rank=1))
+    )
+    # Together they cover everything except at most the one batch dropped to give both processes as many batches.
+    full = make_loader(encoded, pad=pad, max_tokens=max_tokens, seed=5)
+    full.batch_sampler.set_epoch(2)
+    batches = [len(b.src) for b in full]
+    missing = len(token_pairs) - len(a) - len(b)
+    assert missing == 0 or (len(batches) % 2 == 1 and missing in batches)
+
+
+def test_loader_without_shuffle_is_the_same_every_epoch(corpus):
+    _, src_vocab, _, encoded = corpus
+    loader = make_loader(encoded, pad=src_vocab.pad, max_tokens=200, shuffle=False)
+    first = [b.src.tolist() for b in loader]
+    loader.batch_sampler.set_epoch(7)
+    assert [b.src.tolist() for b in loader] == first
+
+
+def test_end_to_end_from_local_server(dataset_dir, hashes, serve, tokenizers):
+    "Download -> tokenize -> vocabularies -> batches, the way a training script would."
+    base_url, _ = serve(dataset_dir)
+    de_tok, en_tok = tokenizers
+    train = load_multi30k("train", base_url=base_url)
+    val = load_multi30k("val", base_url=base_url)
+    src_train = tokenize_all([de for de, _ in train], de_tok, progress=False)
+    tgt_train = tokenize_all([en for _, en in train], en_tok, progress=False)
+    src_vocab, tgt_vocab = Vocab.build(src_train), Vocab.build(tgt_train)
+    assert "Mann" in src_vocab.stoi and "man" in tgt_vocab.stoi
+    src_val = tokenize_all([de for de, _ in val], de_tok, progress=False)
+    tgt_val = tokenize_all([en for _, en in val], en_tok, progress=False)
+    encoded = encode_pairs(src_val, tgt_val, src_vocab, tgt_vocab)
+    batches = list(make_loader(encoded, pad=src_vocab.pad, max_tokens=100, shuffle=False))
+    assert sum(b.src.size(0) for b in batches) == len(val)
+    for b in batches:
+        check_batch(b, src_vocab.pad, 100)

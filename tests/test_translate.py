@@ -1,0 +1,208 @@
+"""Tests for annotated_transformer.translate and the `annotated-transformer` console command.
+
+They write a few hundred synthetic German-English pairs as Multi30k-named .gz files to a temporary
+folder and pass it as --data-dir: no network and no ../shared needed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import itertools
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from annotated_transformer.cli import main
+from annotated_transformer.data import load_multi30k, load_tokenizers, split_files, tokenize_all
+from annotated_transformer.model import ModelConfig
+from annotated_transformer.translate import (
+    TrainConfig,
+    bleu,
+    detokenize,
+    load_checkpoint,
+    model_from_checkpoint,
+    save_checkpoint,
+    train,
+    translate,
+)
+
+SUBJECTS = [("Ein Mann", "A man"), ("Eine Frau", "A woman"), ("Ein Kind", "A child"), ("Ein Hund", "A dog")]
+VERBS = [("sieht", "sees"), ("hat", "has"), ("mag", "likes")]
+OBJECTS = [("einen Ball", "a ball"), ("ein Auto", "a car"), ("einen Baum", "a tree"), ("ein Haus", "a house")]
+PLACES = [("", ""), (" im Park", " in the park"), (" am Strand", " on the beach"), (" im Schnee", " in the snow")]
+
+
+def synthetic_pairs() -> list[tuple[str, str]]:
+    "192 distinct, consistent German-English sentence pairs."
+    pairs = [
+        (f"{s_de} {v_de} {o_de}{p_de}.", f"{s_en} {v_en} {o_en}{p_en}.")
+        for (s_de, s_en), (v_de, v_en), (o_de, o_en), (p_de, p_en) in itertools.product(SUBJECTS, VERBS, OBJECTS, PLACES)
+    ]
+    random.Random(0).shuffle(pairs)
+    return pairs
+
+
+def write_split(folder: Path, split: str, pairs: list[tuple[str, str]]) -> None:
+    de_name, en_name = split_files(split)
+    for name, side in ((de_name, 0), (en_name, 1)):
+        with gzip.open(folder / name, "wt", encoding="utf-8") as f:
+            f.write("".join(p[side] + "\n" for p in pairs))
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("MULTI30K_DIR", raising=False)
+    pairs = synthetic_pairs()
+    folder = tmp_path / "multi30k"
+    folder.mkdir()
+    write_split(folder, "train", pairs[:160])
+    write_split(folder, "val", pairs[160:176])
+    write_split(folder, "test2016", pairs[176:])
+    return folder
+
+
+TRAIN_ARGS = ["--model", "tiny", "--max-tokens", "400", "--warmup", "20", "--quiet"]
+
+
+def test_cli_train_resume_evaluate_translate(data_dir: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", "2", *TRAIN_ARGS]) == 0
+    assert sorted(p.name for p in out.glob("*.pt")) == ["epoch1.pt", "epoch2.pt", "last.pt"]
+    assert not list(out.glob(".*.tmp")), "no temporary checkpoint file is left behind"
+    first = load_checkpoint(out / "last.pt")
+    assert first["epoch"] == 1 and len(first["history"]) == 2
+
+    assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", "3", "--resume", *TRAIN_ARGS]) == 0
+    resumed = load_checkpoint(out / "last.pt")
+    assert resumed["epoch"] == 2 and [h["epoch"] for h in resumed["history"]] == [1, 2, 3]
+    assert resumed["train_state"]["accum_step"] > first["train_state"]["accum_step"]
+    assert resumed["src_vocab"] == first["src_vocab"]  # the vocabulary is the checkpoint's, not rebuilt
+    capsys.readouterr()
+
+    assert main(["evaluate", "--checkpoint", str(out / "last.pt"), "--split", "test2016", "--data-dir", str(data_dir)]) == 0
+    report = capsys.readouterr().out
+    assert "test2016 (16 sentences, greedy): sacreBLEU" in report and "tok:13a" in report and "tokenized lowercased BLEU" in report
+
+    assert main(["translate", "--checkpoint", str(out / "last.pt"), "Ein Mann sieht einen Ball.", "Ein Hund hat ein Auto."]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 2
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Eine Frau mag einen Baum.\n\nEin Kind sieht ein Haus im Park.\n"))
+    assert main(["translate", "--checkpoint", str(out / "last.pt")]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 2  # one line per non-empty input line
+
+
+def test_resume_reaches_the_uninterrupted_result(data_dir: Path, tmp_path: Path) -> None:
+    "Two epochs, then a resume for the third, end with the same weights as three epochs in one go."
+    pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
+    config = TrainConfig(model=ModelConfig(N=1, d_model=16, d_ff=32, h=2, norm_first=True), epochs=3, max_tokens=300, warmup=10)
+    whole = train(tmp_path / "a", config, pairs=pairs, progress=False, log=lambda _: None)
+    train(tmp_path / "b", TrainConfig(**{**config.__dict__, "epochs": 2}), pairs=pairs, progress=False, log=lambda _: None)
+    resumed = train(tmp_path / "b", config, pairs=pairs, resume=True, progress=False, log=lambda _: None)
+    for name, tensor in whole["model"].items():
+        torch.testing.assert_close(resumed["model"][name], tensor, atol=1e-6, rtol=1e-6, msg=name)
+
+
+def test_resume_with_another_config_is_refused(data_dir: Path, tmp_path: Path) -> None:
+    pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
+    config = TrainConfig(model=ModelConfig(N=1, d_model=16, d_ff=32, h=2), epochs=1, max_tokens=300, warmup=10)
+    train(tmp_path, config, pairs=pairs, progress=False, log=lambda _: None)
+    other = TrainConfig(model=ModelConfig(N=1, d_model=32, d_ff=32, h=2), epochs=2, max_tokens=300, warmup=10)
+    with pytest.raises(ValueError, match="different configuration"):
+        train(tmp_path, other, pairs=pairs, resume=True, progress=False, log=lambda _: None)
+
+
+@pytest.fixture
+def checkpoint(data_dir: Path, tmp_path: Path) -> Path:
+    pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
+    config = TrainConfig(model=ModelConfig(N=1, d_model=16, d_ff=32, h=2), epochs=1, max_tokens=300, warmup=10)
+    train(tmp_path / "ckpt", config, pairs=pairs, progress=False, log=lambda _: None)
+    return tmp_path / "ckpt" / "last.pt"
+
+
+def test_bad_checkpoints_give_clear_errors(checkpoint: Path, tmp_path: Path, capsys) -> None:
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(checkpoint.read_bytes()[:1000])
+    with pytest.raises(ValueError, match="is not a readable checkpoint"):
+        load_checkpoint(truncated)
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(ValueError, match="is not a readable checkpoint"):
+        load_checkpoint(garbage)
+    future = tmp_path / "future.pt"
+    save_checkpoint(future, config={})
+    torch.save({**torch.load(future, weights_only=False), "format": 99}, future)
+    with pytest.raises(ValueError, match="checkpoint format 99"):
+        load_checkpoint(future)
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+        load_checkpoint(tmp_path / "missing.pt")
+    # Through the CLI: one line on stderr, exit status 2, no traceback.
+    assert main(["translate", "--checkpoint", str(truncated), "Ein Mann."]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "Traceback" not in err
+
+
+def test_translate_refuses_empty_and_too_long_sentences(checkpoint: Path, capsys) -> None:
+    model, src_vocab, tgt_vocab = model_from_checkpoint(load_checkpoint(checkpoint))
+    with pytest.raises(ValueError, match="sentence 1 is empty"):
+        translate(model, ["Ein Mann sieht einen Ball.", "   "], src_vocab, tgt_vocab)
+    with pytest.raises(ValueError, match="too long for this model"):
+        translate(model, ["Mann " * 5000], src_vocab, tgt_vocab)
+    assert main(["translate", "--checkpoint", str(checkpoint), ""]) == 2
+    assert "is empty" in capsys.readouterr().err
+
+
+def test_translate_batches_like_single_sentences(checkpoint: Path) -> None:
+    model, src_vocab, tgt_vocab = model_from_checkpoint(load_checkpoint(checkpoint))
+    sentences = ["Ein Mann sieht einen Ball.", "Ein Hund hat ein Auto im Schnee.", "Eine Frau mag ein Haus."]
+    together = translate(model, sentences, src_vocab, tgt_vocab)
+    alone = [translate(model, [s], src_vocab, tgt_vocab)[0] for s in sentences]
+    assert together == alone
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "Two young, White males are outside near many bushes.",
+        "A man's dog isn't running; it's sitting (quietly) by the door!",
+        'She says "hello" to the children.',
+    ],
+)
+def test_detokenize_inverts_the_english_tokenizer(sentence: str) -> None:
+    _, tok_en = load_tokenizers()
+    assert detokenize(tokenize_all([sentence], tok_en, progress=False)[0]) == sentence
+
+
+def test_bleu_scores() -> None:
+    refs = ["A man rides a bike.", "Two dogs play in the snow."]
+    _, tok_en = load_tokenizers()
+    perfect = bleu(tokenize_all(refs, tok_en, progress=False), refs)
+    assert perfect.sacrebleu == pytest.approx(100.0) and perfect.tokenized_lowercase == pytest.approx(100.0)
+    lowered = bleu([[t.lower() for t in s] for s in tokenize_all(refs, tok_en, progress=False)], refs)
+    assert lowered.tokenized_lowercase == pytest.approx(100.0)  # case does not matter for this one...
+    assert lowered.sacrebleu < 100.0  # ...but does for sacreBLEU
+    assert "case:mixed" in perfect.signature and "tok:13a" in perfect.signature
+    with pytest.raises(ValueError, match="1 hypotheses for 2 references"):
+        bleu([["A"]], refs)
+
+
+def test_train_config_validation() -> None:
+    for bad in ({"epochs": 0}, {"max_tokens": 0}, {"accum_iter": 0}, {"warmup": 0}):
+        with pytest.raises(ValueError, match="must be at least 1"):
+            TrainConfig(**bad)
+    with pytest.raises(ValueError, match="smoothing"):
+        TrainConfig(smoothing=1.0)
+
+
+def test_only_the_last_epoch_checkpoints_are_kept(data_dir: Path, tmp_path: Path) -> None:
+    pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
+    config = TrainConfig(model=ModelConfig(N=1, d_model=16, d_ff=32, h=2), epochs=3, max_tokens=300, warmup=10)
+    train(tmp_path, config, pairs=pairs, keep_epochs=2, progress=False, log=lambda _: None)
+    assert sorted(p.name for p in tmp_path.glob("*.pt")) == ["epoch2.pt", "epoch3.pt", "last.pt"]
+    weights = load_checkpoint(tmp_path / "epoch3.pt")
+    assert "optimizer" not in weights and weights["epoch"] == 2
+    model, _, _ = model_from_checkpoint(weights)  # enough to translate and to average
+    torch.testing.assert_close(model.state_dict(), load_checkpoint(tmp_path / "last.pt")["model"])
