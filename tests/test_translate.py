@@ -74,11 +74,11 @@ def test_cli_train_resume_evaluate_translate(data_dir: Path, tmp_path: Path, cap
     assert sorted(p.name for p in out.glob("*.pt")) == ["epoch1.pt", "epoch2.pt", "last.pt"]
     assert not list(out.glob(".*.tmp")), "no temporary checkpoint file is left behind"
     first = load_checkpoint(out / "last.pt")
-    assert first["epoch"] == 1 and len(first["history"]) == 2
+    assert first["epoch"] == 2 and len(first["history"]) == 2  # epochs completed
 
     assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", "3", "--resume", *TRAIN_ARGS]) == 0
     resumed = load_checkpoint(out / "last.pt")
-    assert resumed["epoch"] == 2 and [h["epoch"] for h in resumed["history"]] == [1, 2, 3]
+    assert resumed["epoch"] == 3 and [h["epoch"] for h in resumed["history"]] == [1, 2, 3]
     assert resumed["train_state"]["accum_step"] > first["train_state"]["accum_step"]
     assert resumed["src_vocab"] == first["src_vocab"]  # the vocabulary is the checkpoint's, not rebuilt
     capsys.readouterr()
@@ -203,6 +203,6 @@ def test_only_the_last_epoch_checkpoints_are_kept(data_dir: Path, tmp_path: Path
     train(tmp_path, config, pairs=pairs, keep_epochs=2, progress=False, log=lambda _: None)
     assert sorted(p.name for p in tmp_path.glob("*.pt")) == ["epoch2.pt", "epoch3.pt", "last.pt"]
     weights = load_checkpoint(tmp_path / "epoch3.pt")
-    assert "optimizer" not in weights and weights["epoch"] == 2
+    assert "optimizer" not in weights and weights["epoch"] == 3
     model, _, _ = model_from_checkpoint(weights)  # enough to translate and to average
     torch.testing.assert_close(model.state_dict(), load_checkpoint(tmp_path / "last.pt")["model"])
