@@ -21,18 +21,12 @@ from annotated_transformer.translate import TrainConfig, bleu, detokenize, load_
 
 
 def _train(args: argparse.Namespace) -> None:
-    defaults = TrainConfig()
-    model = defaults.model if args.model == "multi30k" else replace(ModelConfig.preset(args.model), norm_first=defaults.model.norm_first)
-    config = replace(
-        defaults,
-        model=model,
-        epochs=args.epochs or defaults.epochs,
-        max_tokens=args.max_tokens or defaults.max_tokens,
-        accum_iter=args.accum_iter or defaults.accum_iter,
-        warmup=args.warmup or defaults.warmup,
-        seed=defaults.seed if args.seed is None else args.seed,
-    )
-    train(args.out, config, data_dir=args.data_dir, resume=args.resume, device=args.device, progress=not args.quiet)
+    # Flags that were given override the defaults, or on --resume the checkpoint's configuration.
+    overrides = {name: getattr(args, name) for name in ("epochs", "max_tokens", "accum_iter", "warmup", "seed") if getattr(args, name) is not None}
+    if args.model is not None:
+        overrides["model"] = TrainConfig().model if args.model == "multi30k" else replace(ModelConfig.preset(args.model), norm_first=True)
+    base = TrainConfig.from_dict(load_checkpoint(args.out / "last.pt")["config"]) if args.resume else TrainConfig()
+    train(args.out, replace(base, **overrides), data_dir=args.data_dir, resume=args.resume, device=args.device, progress=not args.quiet)
 
 
 def _load(checkpoint: Path, device: str | None):
@@ -67,7 +61,7 @@ def parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", parents=[common], help="train on Multi30k, a checkpoint per epoch")
     t.add_argument("--out", type=Path, required=True, help="folder for checkpoints (last.pt, epochK.pt)")
     t.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
-    t.add_argument("--model", default="multi30k", choices=["multi30k", "tiny", "base", "big"], help="model sizes (default multi30k: N=3, d_model=256)")
+    t.add_argument("--model", choices=["multi30k", "tiny", "base", "big"], help="model sizes (default multi30k: N=3, d_model=256, pre-norm)")
     t.add_argument("--epochs", type=int, help=f"total epochs (default {TrainConfig().epochs})")
     t.add_argument("--max-tokens", type=int, help=f"tokens per batch (default {TrainConfig().max_tokens})")
     t.add_argument("--accum-iter", type=int, help="batches per optimizer step (default 1)")

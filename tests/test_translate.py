@@ -76,11 +76,15 @@ def test_cli_train_resume_evaluate_translate(data_dir: Path, tmp_path: Path, cap
     first = load_checkpoint(out / "last.pt")
     assert first["epoch"] == 2 and len(first["history"]) == 2  # epochs completed
 
-    assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", "3", "--resume", *TRAIN_ARGS]) == 0
+    # --resume takes the configuration from the checkpoint: only the new number of epochs is given
+    assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", "3", "--resume", "--quiet"]) == 0
     resumed = load_checkpoint(out / "last.pt")
     assert resumed["epoch"] == 3 and [h["epoch"] for h in resumed["history"]] == [1, 2, 3]
     assert resumed["train_state"]["accum_step"] > first["train_state"]["accum_step"]
     assert resumed["src_vocab"] == first["src_vocab"]  # the vocabulary is the checkpoint's, not rebuilt
+    capsys.readouterr()
+    assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", "4", "--resume", "--model", "base"]) == 2
+    assert "different configuration" in capsys.readouterr().err
     capsys.readouterr()
 
     assert main(["evaluate", "--checkpoint", str(out / "last.pt"), "--split", "test2016", "--data-dir", str(data_dir)]) == 0
