@@ -2,6 +2,7 @@
 
     annotated-transformer train --out runs/multi30k
     annotated-transformer evaluate --checkpoint runs/multi30k/last.pt --split test2016
+    annotated-transformer evaluate --checkpoint runs/multi30k/last.pt --beam 4 --average-last 5
     annotated-transformer translate --checkpoint runs/multi30k/last.pt "Ein Mann fährt Fahrrad."
     echo "Zwei Hunde spielen im Schnee." | annotated-transformer translate --checkpoint runs/multi30k/last.pt
 
@@ -17,7 +18,9 @@ from pathlib import Path
 
 from annotated_transformer.data import load_multi30k
 from annotated_transformer.model import ModelConfig
-from annotated_transformer.translate import TrainConfig, bleu, detokenize, load_checkpoint, model_from_checkpoint, train, translate
+from annotated_transformer.translate import (
+    TrainConfig, average_last, bleu, detokenize, load_checkpoint, model_from_checkpoint, train, translate,
+)
 
 
 def _train(args: argparse.Namespace) -> None:
@@ -29,25 +32,39 @@ def _train(args: argparse.Namespace) -> None:
     train(args.out, replace(base, **overrides), data_dir=args.data_dir, resume=args.resume, device=args.device, progress=not args.quiet)
 
 
-def _load(checkpoint: Path, device: str | None):
-    model, src_vocab, tgt_vocab = model_from_checkpoint(load_checkpoint(checkpoint))
-    return (model.to(device) if device else model), src_vocab, tgt_vocab
+def _load(args: argparse.Namespace):
+    ckpt = average_last(args.checkpoint, args.average_last) if args.average_last else load_checkpoint(args.checkpoint)
+    model, src_vocab, tgt_vocab = model_from_checkpoint(ckpt)
+    return (model.to(args.device) if args.device else model), src_vocab, tgt_vocab
+
+
+def _decoding(args: argparse.Namespace) -> str:
+    "How the output was made, for the report line."
+    search = "greedy" if args.beam == 1 else f"beam {args.beam}, alpha {args.alpha}"
+    return search + (f", average of the last {args.average_last} epochs" if args.average_last else "")
 
 
 def _evaluate(args: argparse.Namespace) -> None:
-    model, src_vocab, tgt_vocab = _load(args.checkpoint, args.device)
+    model, src_vocab, tgt_vocab = _load(args)
     pairs = load_multi30k(args.split, args.data_dir)
-    hypotheses = translate(model, [de for de, _ in pairs], src_vocab, tgt_vocab)
-    print(f"{args.split} ({len(pairs)} sentences, greedy): {bleu(hypotheses, [en for _, en in pairs])}")
+    hypotheses = translate(model, [de for de, _ in pairs], src_vocab, tgt_vocab, beam_size=args.beam, alpha=args.alpha, progress=not args.quiet)
+    print(f"{args.split} ({len(pairs)} sentences, {_decoding(args)}): {bleu(hypotheses, [en for _, en in pairs])}")
 
 
 def _translate(args: argparse.Namespace) -> None:
-    model, src_vocab, tgt_vocab = _load(args.checkpoint, args.device)
+    model, src_vocab, tgt_vocab = _load(args)
     sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     if not sentences:
         raise ValueError("no sentences: give them as arguments or on standard input, one a line")
-    for tokens in translate(model, sentences, src_vocab, tgt_vocab):
+    for tokens in translate(model, sentences, src_vocab, tgt_vocab, beam_size=args.beam, alpha=args.alpha):
         print(detokenize(tokens))
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def parser() -> argparse.ArgumentParser:
@@ -70,13 +87,18 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--quiet", action="store_true", help="no progress bars")
     t.set_defaults(run=_train)
 
-    e = sub.add_parser("evaluate", parents=[common], help="BLEU of a checkpoint on a Multi30k split")
-    e.add_argument("--checkpoint", type=Path, required=True)
+    decoding = argparse.ArgumentParser(add_help=False)
+    decoding.add_argument("--checkpoint", type=Path, required=True, help="a checkpoint written by train (e.g. OUT/last.pt)")
+    decoding.add_argument("--beam", type=_positive, default=1, help="beam size (default 1: greedy; the paper uses 4)")
+    decoding.add_argument("--alpha", type=float, default=0.6, help="beam search length penalty (default 0.6, as in the paper)")
+    decoding.add_argument("--average-last", type=_positive, metavar="K", help="average the weights of the checkpoint's last K epochs")
+
+    e = sub.add_parser("evaluate", parents=[common, decoding], help="BLEU of a checkpoint on a Multi30k split")
     e.add_argument("--split", default="test2016", choices=["train", "val", "test2016"])
+    e.add_argument("--quiet", action="store_true", help="no progress bar")
     e.set_defaults(run=_evaluate)
 
-    tr = sub.add_parser("translate", parents=[common], help="translate German sentences (arguments or stdin)")
-    tr.add_argument("--checkpoint", type=Path, required=True)
+    tr = sub.add_parser("translate", parents=[common, decoding], help="translate German sentences (arguments or stdin)")
     tr.add_argument("sentences", nargs="*", help="German sentences; read from standard input if none")
     tr.set_defaults(run=_translate)
     return p

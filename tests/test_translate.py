@@ -98,6 +98,20 @@ def test_cli_train_resume_evaluate_translate(data_dir: Path, tmp_path: Path, cap
     assert main(["translate", "--checkpoint", str(out / "last.pt")]) == 0
     assert len(capsys.readouterr().out.strip().splitlines()) == 2  # one line per non-empty input line
 
+    # beam search and checkpoint averaging (the decoding chapter)
+    args = ["--checkpoint", str(out / "last.pt"), "--beam", "3", "--alpha", "1.0", "--average-last", "2"]
+    assert main(["evaluate", *args, "--data-dir", str(data_dir), "--quiet"]) == 0
+    assert "(16 sentences, beam 3, alpha 1.0, average of the last 2 epochs): sacreBLEU" in capsys.readouterr().out
+    assert main(["translate", *args, "Ein Mann sieht einen Ball."]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 1
+    assert main(["translate", "--checkpoint", str(out / "last.pt"), "--average-last", "4", "Ein Mann."]) == 2
+    assert "from epoch 3: there are not 4 epochs to average" in capsys.readouterr().err
+    (out / "epoch1.pt").unlink()
+    assert main(["translate", "--checkpoint", str(out / "last.pt"), "--average-last", "3", "Ein Mann."]) == 2
+    assert "needs epoch1.pt beside it" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["translate", "--checkpoint", str(out / "last.pt"), "--beam", "0", "Ein Mann."])
+
 
 def test_resume_reaches_the_uninterrupted_result(data_dir: Path, tmp_path: Path) -> None:
     "Two epochs, then a resume for the third, end with the same weights as three epochs in one go."

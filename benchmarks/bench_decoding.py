@@ -1,0 +1,111 @@
+"""Decoding speed on the CPU: the earlier notebook's way against the cached, batched decoders of Part 3.
+
+Three ways to translate the same German sentences (test2016 by default), one after the other in one run:
+
+(a) one sentence at a time, re-running the decoder over the whole prefix at every step (Part 2's
+    `greedy_decode`, which, unlike the earlier notebook's, at least stops at the end symbol);
+(b) batched greedy search with the key/value cache (`greedy_search`);
+(c) batched beam search, beam 4, alpha 0.6, with the cache (`beam_search`).
+
+Sentences are sorted by length and decoded in batches of `--batch`, each with its own limit of input
+length + 50 tokens (§6.1). With `--checkpoint` the trained model decodes; without one a random-weight
+model of the Multi30k size does (it rarely produces the end symbol, so every output runs to its limit:
+a worst case). The script prints sentences per second and the ratios the decoding chapter asks for:
+(b) at least 20x faster than (a), (c) at most 4x the time of (b).
+
+    python benchmarks/bench_decoding.py --checkpoint runs/multi30k/last.pt
+    python benchmarks/bench_decoding.py --limit 200          # random weights, 200 sentences
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from torch import nn
+
+from annotated_transformer.data import Vocab, load_multi30k, load_tokenizers, tokenize_all
+from annotated_transformer.decoding import beam_search, greedy_search
+from annotated_transformer.training import greedy_decode
+from annotated_transformer.translate import TrainConfig, load_checkpoint, model_from_checkpoint
+
+
+def load_model(args: argparse.Namespace):
+    "The checkpoint's model and vocabularies, or a random Multi30k-sized model with vocabularies from the data."
+    if args.checkpoint:
+        return model_from_checkpoint(load_checkpoint(args.checkpoint))
+    tok_de, tok_en = load_tokenizers()
+    train = load_multi30k("train", args.data_dir)
+    src_vocab = Vocab.build(tokenize_all([de for de, _ in train], tok_de))
+    tgt_vocab = Vocab.build(tokenize_all([en for _, en in train], tok_en))
+    torch.manual_seed(0)
+    return TrainConfig().model.build(len(src_vocab), len(tgt_vocab)).eval(), src_vocab, tgt_vocab
+
+
+def batches(ids: list[torch.Tensor], size: int, pad: int):
+    "Sentences sorted by length, in padded batches (B, S) with their masks (B, 1, S) and limits."
+    ids = sorted(ids, key=len)
+    for start in range(0, len(ids), size):
+        chunk = ids[start : start + size]
+        src = nn.utils.rnn.pad_sequence(chunk, batch_first=True, padding_value=pad)
+        yield src, (src != pad).unsqueeze(-2), [len(i) + 50 for i in chunk]
+
+
+def timed(label: str, run) -> tuple[float, list]:
+    start = time.perf_counter()
+    outputs = run()
+    seconds = time.perf_counter() - start
+    print(f"{label}: {seconds:8.1f} s", flush=True)
+    return seconds, outputs
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", help="a trained checkpoint (default: random weights, Multi30k sizes)")
+    p.add_argument("--data-dir", help="Multi30k folder (default: $MULTI30K_DIR, else download)")
+    p.add_argument("--split", default="test2016")
+    p.add_argument("--limit", type=int, help="only the first N sentences")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, src_vocab, tgt_vocab = load_model(args)
+    sentences = [de for de, _ in load_multi30k(args.split, args.data_dir)][: args.limit]
+    ids = [torch.tensor([src_vocab.bos, *src_vocab.encode(t), src_vocab.eos]) for t in tokenize_all(sentences, load_tokenizers()[0])]
+    bos, eos, pad = tgt_vocab.bos, tgt_vocab.eos, tgt_vocab.pad
+    n = len(ids)
+    print(f"{n} sentences of {args.split}; {'checkpoint ' + args.checkpoint if args.checkpoint else 'random weights'}; "
+          f"{torch.get_num_threads()} threads; batches of {args.batch}")
+
+    def one_at_a_time():
+        out = []
+        for i in sorted(ids, key=len):
+            src = i.unsqueeze(0)
+            ys = greedy_decode(model, src, (src != pad).unsqueeze(-2), len(i) + 50, bos, eos, pad)[0, 1:].tolist()
+            out.append(ys[: ys.index(eos) + 1] if eos in ys else ys)
+        return out
+
+    def greedy_batched():
+        return [t for src, mask, limits in batches(ids, args.batch, pad) for t, _ in greedy_search(model, src, mask, limits, bos, eos)]
+
+    def beam_batched():
+        return [h[0][0] for src, mask, limits in batches(ids, args.batch, pad) for h in beam_search(model, src, mask, limits, bos, eos, 4, 0.6)]
+
+    with torch.no_grad():
+        greedy_batched()  # warm-up
+        a, out_a = timed("(a) one at a time, whole prefix ", one_at_a_time)
+        b, out_b = timed("(b) batched greedy, cached      ", greedy_batched)
+        c, out_c = timed("(c) batched beam 4, cached      ", beam_batched)
+    same = sum(x == y for x, y in zip(out_a, out_b))
+    print(f"(a) and (b) agree on {same}/{n} outputs (floating-point ties aside, they compute the same search)")
+    print(f"mean output length: greedy {sum(map(len, out_b)) / n:.1f} tokens, beam {sum(map(len, out_c)) / n:.1f}")
+    for label, seconds in (("(a)", a), ("(b)", b), ("(c)", c)):
+        print(f"{label} {n / seconds:10.1f} sentences/s")
+    print(f"speed-up of (b) over (a): {a / b:.1f}x (target: at least 20x)")
+    print(f"time of (c) / time of (b): {c / b:.2f} (target: at most 4)")
+
+
+if __name__ == "__main__":
+    main()

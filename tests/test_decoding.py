@@ -1,0 +1,356 @@
+"""Tests for annotated_transformer.decoding: the key/value cache, greedy and beam search, checkpoint averaging.
+
+1. The cached decoder computes what `model.decode` computes, post-norm and pre-norm.
+2. Greedy search: cached = uncached, batch = one at a time, = Part 2's greedy_decode, per-sentence limits.
+3. Beam search: beam 1 = greedy, cached = uncached, batch = alone, exhaustive search on a tiny model,
+   the length penalty, early stopping, hypotheses sorted.
+4. Checkpoint averaging: copies give the checkpoint, two give the mean, dtypes and non-float buffers.
+5. Bad input.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from annotated_transformer.decoding import (
+    CachedDecoder,
+    PrefixDecoder,
+    average_checkpoints,
+    beam_search,
+    greedy_search,
+    length_penalty,
+)
+from annotated_transformer.model import ModelConfig, subsequent_mask
+from annotated_transformer.training import greedy_decode
+
+START, END, PAD = 1, 2, 0
+
+
+def random_model(norm_first: bool = False, vocab: int = 13, end_bias: float = -1.0, seed: int = 0):
+    "A small random model in eval mode; its end-symbol bias is set so that outputs end at different steps."
+    torch.manual_seed(seed)
+    model = ModelConfig(N=2, d_model=32, d_ff=64, h=4, dropout=0.1, norm_first=norm_first).build(vocab, vocab).eval()
+    with torch.no_grad():
+        model.generator.proj.bias[END] += end_bias
+    return model
+
+
+def random_batch(B: int = 5, S: int = 9, vocab: int = 13, seed: int = 1):
+    "Source ids (B, S) with rows of different lengths, and their mask."
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(3, vocab, (B, S), generator=g)
+    for i in range(B):
+        src[i, S - i :] = PAD  # row i has i padding positions
+    src[:, 0] = START
+    return src, (src != PAD).unsqueeze(-2)
+
+
+# =========================================================================== 1. the cache
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_cached_and_prefix_decoders_match_model_decode(norm_first: bool) -> None:
+    model = random_model(norm_first)
+    src, src_mask = random_batch()
+    ys = torch.randint(3, 13, (src.size(0), 8))
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        full = model.generator(model.decode(memory, src_mask, ys, subsequent_mask(8)))  # (B, 8, V)
+        cached, prefix = CachedDecoder(model, memory, src_mask), PrefixDecoder(model, memory, src_mask)
+        for t in range(8):
+            torch.testing.assert_close(cached.step(ys[:, t]), full[:, t], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(prefix.step(ys[:, t]), full[:, t], atol=1e-5, rtol=1e-5)
+    assert cached.k[0].shape == (src.size(0), 4, 8, 8)  # (B, h, t, d_k): one cached position per step
+
+
+def test_select_reorders_every_cached_row() -> None:
+    model = random_model()
+    src, src_mask = random_batch()
+    ys = torch.randint(3, 13, (src.size(0), 4))
+    rows = torch.tensor([3, 0, 0])
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        whole, part = CachedDecoder(model, memory, src_mask), CachedDecoder(model, memory[rows], src_mask[rows])
+        for t in range(3):
+            expected = whole.step(ys[:, t])[rows]
+            torch.testing.assert_close(part.step(ys[rows, t]), expected, atol=1e-5, rtol=1e-5)
+        whole.select(rows)  # now the rows follow `rows`, caches included
+        torch.testing.assert_close(whole.step(ys[rows, 3]), part.step(ys[rows, 3]), atol=1e-5, rtol=1e-5)
+
+
+def test_cached_decoder_refuses_training_mode_and_positions_past_the_table() -> None:
+    model = random_model()
+    src, src_mask = random_batch()
+    memory = model.encode(src, src_mask)
+    with pytest.raises(ValueError, match="model.eval"):
+        CachedDecoder(model.train(), memory, src_mask)
+    model.eval()
+    short = ModelConfig(N=1, d_model=16, d_ff=32, h=2, max_len=3).build(13, 13).eval()
+    decoder = CachedDecoder(short, short.encode(src[:, :3], src_mask[..., :3]), src_mask[..., :3])
+    y = torch.full((src.size(0),), START)
+    with torch.no_grad():
+        for _ in range(3):
+            decoder.step(y)
+        with pytest.raises(ValueError, match="beyond the positional-encoding table"):
+            decoder.step(y)
+
+
+# =========================================================================== 2. greedy search
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_greedy_cached_equals_uncached(norm_first: bool) -> None:
+    model = random_model(norm_first)
+    src, src_mask = random_batch()
+    fast = greedy_search(model, src, src_mask, 15, START, END)
+    slow = greedy_search(model, src, src_mask, 15, START, END, cached=False)
+    assert [t for t, _ in fast] == [t for t, _ in slow]
+    for (_, a), (_, b) in zip(fast, slow):
+        assert a == pytest.approx(b, abs=1e-5)
+    lengths = {len(t) for t, _ in fast}
+    assert len(lengths) > 1, "the test needs rows that stop at different steps"
+    assert any(t[-1] == END for t, _ in fast)
+
+
+def test_greedy_matches_part2_greedy_decode_and_scores_are_log_probabilities() -> None:
+    model = random_model()
+    src, src_mask = random_batch()
+    found = greedy_search(model, src, src_mask, 12, START, END)
+    reference = greedy_decode(model, src, src_mask, 12, START, END, pad=PAD)
+    for i, ((tokens, score), row) in enumerate(zip(found, reference.tolist())):
+        assert tokens == [t for t in row[1:] if t != PAD]
+        # the score is the model's log-probability of the tokens
+        ys = torch.tensor([[START, *tokens]])
+        with torch.no_grad():
+            logp = model.generator(model.decode(model.encode(src[i : i + 1], src_mask[i : i + 1]), src_mask[i : i + 1],
+                                                ys[:, :-1], subsequent_mask(len(tokens))))
+        assert score == pytest.approx(logp[0, torch.arange(len(tokens)), ys[0, 1:]].sum().item(), abs=1e-4)
+
+
+def test_greedy_batch_equals_one_at_a_time_with_per_sentence_limits() -> None:
+    model = random_model()
+    src, src_mask = random_batch()
+    limits = [14, 3, 9, 1, 6]
+    together = greedy_search(model, src, src_mask, limits, START, END)
+    for i, limit in enumerate(limits):
+        [alone] = greedy_search(model, src[i : i + 1], src_mask[i : i + 1], limit, START, END)
+        assert together[i][0] == alone[0]
+        assert together[i][1] == pytest.approx(alone[1], abs=1e-5)
+        assert len(alone[0]) <= limit - 1
+    assert together[3] == ([], 0.0)  # max_len 1: only the start symbol
+
+
+def test_greedy_decodes_an_all_padding_source_row() -> None:
+    "Documented: an empty source row is decoded from the start symbol alone, with finite scores."
+    model = random_model()
+    src, src_mask = random_batch()
+    src[2, :], src_mask[2] = PAD, False
+    found = greedy_search(model, src, src_mask, 8, START, END)
+    assert all(math.isfinite(score) for _, score in found)
+    assert found[2][0]
+
+
+# =========================================================================== 3. beam search
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_of_one_is_greedy(alpha: float) -> None:
+    model = random_model()
+    src, src_mask = random_batch()
+    greedy = greedy_search(model, src, src_mask, 12, START, END)
+    beam = beam_search(model, src, src_mask, 12, START, END, beam_size=1, alpha=alpha)
+    for (tokens, score), [(beam_tokens, beam_score)] in zip(greedy, beam):
+        assert beam_tokens == tokens
+        assert beam_score == pytest.approx(score / length_penalty(len(tokens), alpha), abs=1e-5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_beam_cached_equals_uncached_and_batch_equals_alone(norm_first: bool) -> None:
+    model = random_model(norm_first)
+    src, src_mask = random_batch()
+    limits = [14, 4, 9, 12, 7]
+    batched = beam_search(model, src, src_mask, limits, START, END, beam_size=4)
+    uncached = beam_search(model, src, src_mask, limits, START, END, beam_size=4, cached=False)
+    for i, limit in enumerate(limits):
+        [alone] = beam_search(model, src[i : i + 1], src_mask[i : i + 1], limit, START, END, beam_size=4)
+        assert [t for t, _ in batched[i]] == [t for t, _ in uncached[i]] == [t for t, _ in alone]
+        for (_, a), (_, b), (_, c) in zip(batched[i], uncached[i], alone):
+            assert a == pytest.approx(b, abs=1e-5) and a == pytest.approx(c, abs=1e-5)
+        scores = [s for _, s in batched[i]]
+        assert scores == sorted(scores, reverse=True) and 1 <= len(scores) <= 4
+        assert all(len(t) <= limit - 1 for t, _ in batched[i])
+
+
+def test_beam_scores_are_normalized_log_probabilities() -> None:
+    model = random_model()
+    src, src_mask = random_batch(B=2)
+    for i, hypotheses in enumerate(beam_search(model, src, src_mask, 10, START, END, beam_size=3, alpha=0.6)):
+        memory = model.encode(src[i : i + 1], src_mask[i : i + 1])
+        for tokens, score in hypotheses:
+            ys = torch.tensor([[START, *tokens]])
+            with torch.no_grad():
+                logp = model.generator(model.decode(memory, src_mask[i : i + 1], ys[:, :-1], subsequent_mask(len(tokens))))
+            total = logp[0, torch.arange(len(tokens)), ys[0, 1:]].sum().item()
+            assert score == pytest.approx(total / length_penalty(len(tokens), 0.6), abs=1e-4)
+
+
+def reference_beam_search(model, src, src_mask, max_len: int, K: int, alpha: float):
+    "The same algorithm for one sentence, written plainly: no batch, no cache, no tensors of beams."
+    memory = model.encode(src, src_mask)
+    beams, finished = [([], 0.0)], []
+    for t in range(1, max_len):
+        candidates = []
+        for tokens, total in beams:
+            ys = torch.tensor([[START, *tokens]])
+            with torch.no_grad():
+                logp = model.generator(model.decode(memory, src_mask, ys, subsequent_mask(len(tokens) + 1)))[0, -1]
+            candidates += [(total + lp, tokens + [v]) for v, lp in enumerate(logp.tolist())]
+        candidates = sorted(candidates, key=lambda c: -c[0])[: 2 * K]
+        finished += [(tokens, total / length_penalty(len(tokens), alpha)) for total, tokens in candidates[:K] if tokens[-1] == END]
+        if len(finished) >= K:
+            break
+        beams = [(tokens, total) for total, tokens in candidates if tokens[-1] != END][:K]
+        if t + 1 >= max_len:
+            finished += [(tokens, total / length_penalty(len(tokens), alpha)) for tokens, total in beams]
+    return sorted(finished, key=lambda h: -h[1])[:K]
+
+
+@pytest.mark.parametrize("K", [2, 4])
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_search_matches_a_plain_reference(K: int, alpha: float) -> None:
+    model = random_model()
+    src, src_mask = random_batch()
+    found = beam_search(model, src, src_mask, 10, START, END, beam_size=K, alpha=alpha)
+    for i, hypotheses in enumerate(found):
+        expected = reference_beam_search(model, src[i : i + 1], src_mask[i : i + 1], 10, K, alpha)
+        assert [t for t, _ in hypotheses] == [t for t, _ in expected]
+        for (_, a), (_, b) in zip(hypotheses, expected):
+            assert a == pytest.approx(b, abs=1e-4)
+
+
+def tiny_model(seed: int = 27):
+    "Vocabulary 4: 0 start, 1 end, 2 and 3 words; the end symbol made less likely."
+    torch.manual_seed(seed)
+    model = ModelConfig(N=1, d_model=16, d_ff=32, h=2, dropout=0.0).build(4, 4).eval()
+    with torch.no_grad():
+        model.generator.proj.bias[1] -= 1.0
+    return model
+
+
+def every_output(max_new: int):
+    "Every output of at most max_new tokens: ended by the end symbol 1, or cut at the limit."
+    for n in range(1, max_new + 1):
+        for words in itertools.product([0, 2, 3], repeat=n - 1):
+            yield [*words, 1]
+            if n == max_new:
+                yield from ([*words, w] for w in (0, 2, 3))
+
+
+@pytest.mark.parametrize("seed", [23, 27, 29, 34])
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+def test_wide_beam_finds_the_best_sequence_by_enumeration(seed: int, alpha: float) -> None:
+    model = tiny_model(seed)
+    src, mask = torch.tensor([[1, 2, 3, 2]]), torch.ones(1, 1, 4, dtype=torch.bool)
+    memory = model.encode(src, mask)
+
+    def score(tokens):
+        ys = torch.tensor([[0, *tokens]])
+        with torch.no_grad():
+            logp = model.generator(model.decode(memory, mask, ys[:, :-1], subsequent_mask(len(tokens))))
+        return logp[0, torch.arange(len(tokens)), ys[0, 1:]].sum().item() / length_penalty(len(tokens), alpha)
+
+    scored = sorted(((score(t), t) for t in every_output(4)), reverse=True)
+    assert len(scored) == 121
+    found = beam_search(model, src, mask, 5, 0, 1, beam_size=256, alpha=alpha)[0]
+    assert found[0][0] == scored[0][1]
+    assert found[0][1] == pytest.approx(scored[0][0], abs=1e-5)
+    # the whole space was searched: the second and third best agree too
+    assert [t for t, _ in found[:3]] == [t for _, t in scored[:3]]
+
+
+def test_greedy_can_miss_what_beam_search_finds() -> None:
+    model = tiny_model(27)
+    src, mask = torch.tensor([[1, 2, 3, 2]]), torch.ones(1, 1, 4, dtype=torch.bool)
+    [(greedy_tokens, greedy_logp)] = greedy_search(model, src, mask, 5, 0, 1)
+    [(beam_tokens, beam_logp), *_] = beam_search(model, src, mask, 5, 0, 1, beam_size=4, alpha=0.0)[0]
+    assert beam_tokens != greedy_tokens and beam_logp > greedy_logp
+
+
+def test_beam_stops_once_beam_size_hypotheses_are_finished() -> None:
+    "A model that always ends at once: every sentence finishes at the first step, with beam_size hypotheses."
+    model = random_model(end_bias=50.0)
+    src, src_mask = random_batch()
+    found = beam_search(model, src, src_mask, 20, START, END, beam_size=1)
+    assert all(hyps[0][0] == [END] for hyps in found)
+
+
+def test_length_penalty() -> None:
+    assert length_penalty(1, 0.6) == 1.0
+    assert length_penalty(10, 0.0) == 1.0
+    assert length_penalty(7, 1.0) == pytest.approx(2.0)
+    assert length_penalty(19, 0.5) == pytest.approx(2.0)
+
+
+# =========================================================================== 4. averaging
+def save_states(tmp_path: Path, n: int, seed: int = 0) -> list[Path]:
+    paths = []
+    for i in range(n):
+        torch.manual_seed(seed + i)
+        state = ModelConfig(N=1, d_model=16, d_ff=32, h=2).build(7, 7).state_dict()
+        paths.append(tmp_path / f"c{i}.pt")
+        torch.save({"model": state, "epoch": i + 1, "config": {"N": 1}}, paths[-1])
+    return paths
+
+
+def test_averaging_copies_of_one_checkpoint_gives_it_back(tmp_path: Path) -> None:
+    [path] = save_states(tmp_path, 1)
+    state = torch.load(path, weights_only=True)["model"]
+    averaged = average_checkpoints([path, path, path])
+    assert averaged.keys() == state.keys()
+    for k, v in state.items():
+        torch.testing.assert_close(averaged[k], v, atol=1e-6, rtol=0)
+
+
+def test_averaging_two_gives_their_mean_and_keeps_dtypes(tmp_path: Path) -> None:
+    paths = save_states(tmp_path, 2)
+    a, b = (torch.load(p, weights_only=True)["model"] for p in paths)
+    averaged = average_checkpoints(paths)
+    for k in a:
+        torch.testing.assert_close(averaged[k], (a[k] + b[k]) / 2)
+    # a plain state dict works too; half precision is averaged in float32 and cast back; integers come from the last
+    half = [{"w": torch.tensor([1.0, 2.0], dtype=torch.float16), "n": torch.tensor(i)} for i in (3, 7)]
+    for i, state in enumerate(half):
+        torch.save(state, tmp_path / f"h{i}.pt")
+    mixed = average_checkpoints([tmp_path / "h0.pt", tmp_path / "h1.pt"])
+    assert mixed["w"].dtype == torch.float16 and mixed["n"].item() == 7
+
+
+def test_averaging_refuses_mismatched_checkpoints(tmp_path: Path) -> None:
+    [path] = save_states(tmp_path, 1)
+    torch.save(ModelConfig(N=1, d_model=16, d_ff=32, h=2).build(9, 7).state_dict(), tmp_path / "other.pt")
+    with pytest.raises(ValueError, match=r"'src_embed.0.lut.weight' is \(9, 16\)"):
+        average_checkpoints([path, tmp_path / "other.pt"])
+    torch.save(ModelConfig(N=2, d_model=16, d_ff=32, h=2).build(7, 7).state_dict(), tmp_path / "deeper.pt")
+    with pytest.raises(ValueError, match="different parameters"):
+        average_checkpoints([path, tmp_path / "deeper.pt"])
+    torch.save([1, 2, 3], tmp_path / "list.pt")
+    with pytest.raises(ValueError, match="neither a state dict"):
+        average_checkpoints([tmp_path / "list.pt"])
+    with pytest.raises(ValueError, match="no checkpoints"):
+        average_checkpoints([])
+
+
+# =========================================================================== 5. bad input
+def test_bad_arguments_give_clear_errors() -> None:
+    model = random_model()
+    src, src_mask = random_batch()
+    with pytest.raises(ValueError, match="beam_size must be at least 1"):
+        beam_search(model, src, src_mask, 10, START, END, beam_size=0)
+    for search in (greedy_search, beam_search):
+        with pytest.raises(ValueError, match="max_len must be at least 1"):
+            search(model, src, src_mask, 0, START, END)
+        with pytest.raises(ValueError, match="non-empty"):
+            search(model, src[:, :0], src_mask[..., :0], 5, START, END)
+        with pytest.raises(ValueError, match="src_mask must have shape"):
+            search(model, src, src_mask[:, :, :3], 5, START, END)
+        with pytest.raises(ValueError, match="gives 2 limits for 5 sentences"):
+            search(model, src, src_mask, [5, 6], START, END)
