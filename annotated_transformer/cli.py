@@ -41,13 +41,14 @@ def _load(args: argparse.Namespace):
 def _decoding(args: argparse.Namespace) -> str:
     "How the output was made, for the report line."
     search = "greedy" if args.beam == 1 else f"beam {args.beam}, alpha {args.alpha}"
-    return search + (f", average of the last {args.average_last} epochs" if args.average_last else "")
+    return search + (f", average of the last {args.average_last} epochs" if args.average_last else "") + (", <unk> allowed" if args.allow_unk else "")
 
 
 def _evaluate(args: argparse.Namespace) -> None:
     model, src_vocab, tgt_vocab = _load(args)
     pairs = load_multi30k(args.split, args.data_dir)
-    hypotheses = translate(model, [de for de, _ in pairs], src_vocab, tgt_vocab, beam_size=args.beam, alpha=args.alpha, progress=not args.quiet)
+    hypotheses = translate(model, [de for de, _ in pairs], src_vocab, tgt_vocab, beam_size=args.beam, alpha=args.alpha,
+                           allow_unk=args.allow_unk, progress=not args.quiet)
     print(f"{args.split} ({len(pairs)} sentences, {_decoding(args)}): {bleu(hypotheses, [en for _, en in pairs])}")
 
 
@@ -56,7 +57,7 @@ def _translate(args: argparse.Namespace) -> None:
     sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     if not sentences:
         raise ValueError("no sentences: give them as arguments or on standard input, one a line")
-    for tokens in translate(model, sentences, src_vocab, tgt_vocab, beam_size=args.beam, alpha=args.alpha):
+    for tokens in translate(model, sentences, src_vocab, tgt_vocab, beam_size=args.beam, alpha=args.alpha, allow_unk=args.allow_unk):
         print(detokenize(tokens))
 
 
@@ -92,6 +93,7 @@ def parser() -> argparse.ArgumentParser:
     decoding.add_argument("--beam", type=_positive, default=1, help="beam size (default 1: greedy; the paper uses 4)")
     decoding.add_argument("--alpha", type=float, default=0.6, help="beam search length penalty (default 0.6, as in the paper)")
     decoding.add_argument("--average-last", type=_positive, metavar="K", help="average the weights of the checkpoint's last K epochs")
+    decoding.add_argument("--allow-unk", action="store_true", help="let translations contain <unk> (default: the next best word replaces it)")
 
     e = sub.add_parser("evaluate", parents=[common, decoding], help="BLEU of a checkpoint on a Multi30k split")
     e.add_argument("--split", default="test2016", choices=["train", "val", "test2016"])

@@ -110,6 +110,12 @@ def _decoder(model: EncoderDecoder, src: Tensor, src_mask: Tensor, cached: bool)
     return (CachedDecoder if cached else PrefixDecoder)(model, memory, src_mask)
 
 
+def _ban(logp: Tensor, banned: Sequence[int]) -> Tensor:
+    "Log-probabilities (B, V) with the banned tokens made impossible (the rest are not renormalized)."
+    logp[:, list(banned)] = -math.inf
+    return logp
+
+
 @torch.no_grad()
 def greedy_search(
     model: EncoderDecoder,
@@ -119,6 +125,7 @@ def greedy_search(
     start_symbol: int,
     end_symbol: int,
     cached: bool = True,  # False: recompute the whole prefix at every step
+    banned: Sequence[int] = (),  # token ids never to generate (e.g. <unk>)
 ) -> list[tuple[list[int], float]]:
     "The most probable token at each step, for a batch: (tokens, sum of log-probabilities) per sentence."
     limits = _check_decode_args(src, src_mask, max_len)
@@ -130,7 +137,7 @@ def greedy_search(
     for t in range(1, max(limits, default=1)):
         if not alive:
             break
-        logp, y = decoder.step(y).max(dim=-1)  # (B',), (B',)
+        logp, y = _ban(decoder.step(y), banned).max(dim=-1)  # (B',), (B',)
         keep = []
         for row, (i, token, score) in enumerate(zip(alive, y.tolist(), logp.tolist())):
             tokens, total = results[i]
@@ -164,6 +171,7 @@ def beam_search(
     beam_size: int = 4,  # K; the paper uses 4
     alpha: float = 0.6,  # length penalty; 0 ranks by log-probability
     cached: bool = True,  # False: recompute the whole prefix at every step
+    banned: Sequence[int] = (),  # token ids never to generate (e.g. <unk>)
 ) -> list[list[tuple[list[int], float]]]:
     "The best hypotheses for each sentence, `(tokens, log-probability / lp)`, best first (at most `beam_size`)."
     limits = _check_decode_args(src, src_mask, max_len, beam_size)
@@ -182,7 +190,7 @@ def beam_search(
     for t in range(1, max(limits)):
         if not alive:
             break
-        logp = decoder.step(y)  # (B' * K, V)
+        logp = _ban(decoder.step(y), banned)  # (B' * K, V)
         V = logp.size(-1)
         candidates = (beam_logp.unsqueeze(-1) + logp.view(len(alive), K, V)).view(len(alive), K * V)
         top_logp, top = candidates.topk(min(2 * K, K * V), dim=-1)  # (B', 2K), best first

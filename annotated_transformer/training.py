@@ -135,6 +135,7 @@ def run_epoch(
     state: TrainState | None = None,  # counts to continue from; a new one if None
     desc: str = "",  # progress-bar label
     progress: bool = True,  # show a progress bar
+    device: torch.device | str | None = None,  # move each batch here; None leaves batches where they are
 ) -> tuple[float, TrainState]:
     "One pass over `batches`: the mean loss per target token, and the updated counts."
     if accum_iter < 1:
@@ -147,6 +148,7 @@ def run_epoch(
     bar = tqdm(batches, desc=desc or ("train" if training else "eval"), disable=not progress, leave=False)
     with torch.set_grad_enabled(training):
         for i, batch in enumerate(bar):
+            batch = batch if device is None else batch.to(device)
             out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)  # (B, T, D)
             logp = model.generator(out)  # (B, T, V)
             loss = criterion(logp.flatten(0, 1), batch.tgt_y.flatten())  # summed over the batch's tokens

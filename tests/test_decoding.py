@@ -267,6 +267,29 @@ def test_wide_beam_finds_the_best_sequence_by_enumeration(seed: int, alpha: floa
     assert [t for t, _ in found[:3]] == [t for _, t in scored[:3]]
 
 
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_banned_tokens_are_never_generated_and_the_best_remaining_sequence_is_found(alpha: float) -> None:
+    model = tiny_model(27)
+    src, mask = torch.tensor([[1, 2, 3, 2]]), torch.ones(1, 1, 4, dtype=torch.bool)
+    memory = model.encode(src, mask)
+
+    def score(tokens):  # the unnormalized log-probabilities the search adds up
+        ys = torch.tensor([[0, *tokens]])
+        with torch.no_grad():
+            logp = model.generator(model.decode(memory, mask, ys[:, :-1], subsequent_mask(len(tokens))))
+        return logp[0, torch.arange(len(tokens)), ys[0, 1:]].sum().item() / length_penalty(len(tokens), alpha)
+
+    unbanned = beam_search(model, src, mask, 5, 0, 1, beam_size=256, alpha=alpha)[0]
+    assert any(3 in t for t, _ in unbanned[:3]), "token 3 should matter in this example"
+    best_without_3 = max((score(t), t) for t in every_output(4) if 3 not in t)
+    found = beam_search(model, src, mask, 5, 0, 1, beam_size=256, alpha=alpha, banned=[3])[0]
+    assert all(3 not in t for t, _ in found)
+    assert found[0][0] == best_without_3[1]
+    assert found[0][1] == pytest.approx(best_without_3[0], abs=1e-5)
+    [(greedy_tokens, _)] = greedy_search(model, src, mask, 5, 0, 1, banned=[3, 2])
+    assert set(greedy_tokens) <= {0, 1}
+
+
 def test_greedy_can_miss_what_beam_search_finds() -> None:
     model = tiny_model(27)
     src, mask = torch.tensor([[1, 2, 3, 2]]), torch.ones(1, 1, 4, dtype=torch.bool)

@@ -181,6 +181,18 @@ def test_translate_batches_like_single_sentences(checkpoint: Path) -> None:
     assert together == alone
 
 
+@pytest.mark.parametrize("beam", [1, 3])
+def test_translate_bans_unk_unless_allowed(checkpoint: Path, beam: int, capsys) -> None:
+    model, src_vocab, tgt_vocab = model_from_checkpoint(load_checkpoint(checkpoint))
+    with torch.no_grad():
+        model.generator.proj.bias[tgt_vocab.unk] += 100.0  # the model now wants <unk> everywhere
+    sentences = ["Ein Mann sieht einen Ball.", "Ein Hund hat ein Auto im Schnee."]
+    allowed = translate(model, sentences, src_vocab, tgt_vocab, beam_size=beam, allow_unk=True)
+    assert all("<unk>" in out for out in allowed)
+    banned = translate(model, sentences, src_vocab, tgt_vocab, beam_size=beam)
+    assert all(out and "<unk>" not in out for out in banned)
+
+
 @pytest.mark.parametrize(
     "sentence",
     [
