@@ -1,6 +1,7 @@
 """The console command `annotated-transformer`: train, evaluate and translate on Multi30k.
 
     annotated-transformer train --out runs/multi30k
+    torchrun --standalone --nproc_per_node=gpu -m annotated_transformer.cli train --out runs/ddp
     annotated-transformer evaluate --checkpoint runs/multi30k/last.pt --split test2016
     annotated-transformer evaluate --checkpoint runs/multi30k/last.pt --beam 4 --average-last 5
     annotated-transformer translate --checkpoint runs/multi30k/last.pt "Ein Mann fährt Fahrrad."
@@ -12,24 +13,33 @@ Hand-written (not exported from a notebook): it only parses arguments and calls 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 from annotated_transformer.data import load_multi30k
+from annotated_transformer.distributed import cleanup_distributed, default_precision, setup_distributed
 from annotated_transformer.model import ModelConfig
 from annotated_transformer.translate import (
-    TrainConfig, average_last, bleu, detokenize, load_checkpoint, model_from_checkpoint, train, translate,
+    PRECISIONS, TrainConfig, average_last, bleu, detokenize, load_checkpoint, model_from_checkpoint, train, translate,
 )
 
 
 def _train(args: argparse.Namespace) -> None:
     # Flags that were given override the defaults, or on --resume the checkpoint's configuration.
     overrides = {name: getattr(args, name) for name in ("epochs", "max_tokens", "accum_iter", "warmup", "seed") if getattr(args, name) is not None}
-    if args.model is not None:
-        overrides["model"] = TrainConfig().model if args.model == "multi30k" else replace(ModelConfig.preset(args.model), norm_first=True)
     base = TrainConfig.from_dict(load_checkpoint(args.out / "last.pt")["config"]) if args.resume else TrainConfig()
-    train(args.out, replace(base, **overrides), data_dir=args.data_dir, resume=args.resume, device=args.device, progress=not args.quiet)
+    model = base.model
+    if args.model is not None:
+        model = TrainConfig().model if args.model == "multi30k" else replace(ModelConfig.preset(args.model), norm_first=True)
+    overrides["model"] = model if args.dropout is None else replace(model, dropout=args.dropout)
+    setup = setup_distributed(args.backend, args.device)  # one process, or one of those torchrun started (Part 6)
+    try:
+        train(args.out, replace(base, **overrides), data_dir=args.data_dir, resume=args.resume, device=setup.device,
+              progress=not args.quiet, precision=args.precision or default_precision(setup.device), compile=args.compile)
+    finally:
+        cleanup_distributed()
 
 
 def _load(args: argparse.Namespace):
@@ -84,7 +94,11 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--max-tokens", type=int, help=f"tokens per batch (default {TrainConfig().max_tokens})")
     t.add_argument("--accum-iter", type=int, help="batches per optimizer step (default 1)")
     t.add_argument("--warmup", type=int, help=f"warmup steps (default {TrainConfig().warmup})")
+    t.add_argument("--dropout", type=float, help="dropout rate of the model (default: the model's, 0.1)")
     t.add_argument("--seed", type=int, help="random seed (default 0)")
+    t.add_argument("--precision", choices=list(PRECISIONS), help="mixed precision (default: bf16 on GPUs that support it, else fp32)")
+    t.add_argument("--compile", action="store_true", help="torch.compile the model")
+    t.add_argument("--backend", choices=["nccl", "gloo"], help="under torchrun: the collective backend (default: nccl on GPUs, gloo on CPUs)")
     t.add_argument("--quiet", action="store_true", help="no progress bars")
     t.set_defaults(run=_train)
 
@@ -112,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.run(args)
     except (ValueError, FileNotFoundError, ConnectionError) as error:
-        print(f"annotated-transformer {args.command}: error: {error}", file=sys.stderr)
+        rank = f" (rank {os.environ['RANK']})" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""  # under torchrun
+        print(f"annotated-transformer {args.command}{rank}: error: {error}", file=sys.stderr)
         return 2
     return 0
 

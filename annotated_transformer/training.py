@@ -11,12 +11,15 @@ import math
 import random
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import Sampler
 from tqdm import tqdm
@@ -24,7 +27,7 @@ from tqdm import tqdm
 from .model import EncoderDecoder, subsequent_mask
 
 # %% auto #0
-__all__ = ['Batch', 'TokenBatchSampler', 'TrainState', 'run_epoch', 'optimizer_step', 'rate', 'noam_optimizer',
+__all__ = ['Batch', 'TokenBatchSampler', 'TrainState', 'unwrap', 'run_epoch', 'optimizer_step', 'rate', 'noam_optimizer',
            'smoothed_targets', 'LabelSmoothing', 'greedy_decode', 'copy_task_batches']
 
 # %% ../nbs/02_training.ipynb #5b0f3f24
@@ -124,6 +127,34 @@ class TrainState:
     tokens: int = 0  # target tokens seen
 
 
+def unwrap(model: nn.Module) -> nn.Module:
+    "The model inside the wrappers of `torch.compile` and `DistributedDataParallel` (Part 6)."
+    model = getattr(model, "_orig_mod", model)  # what torch.compile wrapped
+    return model.module if isinstance(model, DistributedDataParallel) else model
+
+
+def _with_last(items: Iterable) -> Iterator[tuple[object, bool]]:
+    "Each item with a flag that says whether it is the last."
+    items = iter(items)
+    try:
+        previous = next(items)
+    except StopIteration:
+        return
+    for item in items:
+        yield previous, False
+        previous = item
+    yield previous, True
+
+
+def _sum_over_processes(values: list[float], world: int, device: torch.device) -> list[float]:
+    "The element-wise sum of `values` over all processes of the data-parallel group."
+    if world == 1:
+        return values
+    total = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(total)  # in place: every process gets the sum
+    return total.tolist()
+
+
 def run_epoch(
     batches: Iterable[Batch],
     model: EncoderDecoder,
@@ -136,45 +167,52 @@ def run_epoch(
     desc: str = "",  # progress-bar label
     progress: bool = True,  # show a progress bar
     device: torch.device | str | None = None,  # move each batch here; None leaves batches where they are
+    autocast_dtype: torch.dtype | None = None,  # e.g. torch.bfloat16: the forward pass in mixed precision
+    scaler: torch.amp.GradScaler | None = None,  # with float16: scales the loss so small gradients survive
 ) -> tuple[float, TrainState]:
-    "One pass over `batches`: the mean loss per target token, and the updated counts."
+    "One pass over `batches`: the mean loss per target token (over all processes), and the updated counts."
     if accum_iter < 1:
         raise ValueError(f"accum_iter must be at least 1, got {accum_iter}")
     training = optimizer is not None
     state = TrainState() if state is None else state
     model.train(training)
-    total_loss, total_tokens, pending = 0.0, 0, 0
+    core = unwrap(model)  # the generator runs outside the wrapped forward pass
+    world = dist.get_world_size() if isinstance(getattr(model, "_orig_mod", model), DistributedDataParallel) else 1
+    total_loss, total_tokens, pending, step_tokens = 0.0, 0, 0, 0
     start = time.perf_counter()
     bar = tqdm(batches, desc=desc or ("train" if training else "eval"), disable=not progress, leave=False)
     with torch.set_grad_enabled(training):
-        for i, batch in enumerate(bar):
+        for i, (batch, last) in enumerate(_with_last(bar)):
             batch = batch if device is None else batch.to(device)
-            out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)  # (B, T, D)
-            logp = model.generator(out)  # (B, T, V)
-            loss = criterion(logp.flatten(0, 1), batch.tgt_y.flatten())  # summed over the batch's tokens
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"the loss is {loss.item()} at step {state.step} (batch {i} of this pass, optimizer step {state.accum_step}): stopping")
+            ends_step = training and (pending + 1 == accum_iter or last)  # the optimizer steps after this batch
+            # data parallel: all-reduce the gradients only on the batch that ends a step
+            sync = model.no_sync() if training and world > 1 and not ends_step else nullcontext()
+            with sync:
+                with torch.autocast(batch.src.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+                    out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)  # (B, T, D)
+                    logp = core.generator(out)  # (B, T, V)
+                    loss = criterion(logp.flatten(0, 1), batch.tgt_y.flatten())  # summed over the batch's tokens
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"the loss is {loss.item()} at step {state.step} (batch {i} of this pass, optimizer step {state.accum_step}): stopping")
+                if training:
+                    (loss if scaler is None else scaler.scale(loss)).backward()  # summed; normalized at the step
             if training:
-                (loss / batch.ntokens / accum_iter).backward()
                 state.step += 1
                 state.samples += batch.src.size(0)
                 state.tokens += batch.ntokens
-                pending += 1
-                if pending == accum_iter:
-                    optimizer_step(model, optimizer, scheduler, max_grad_norm)
+                pending, step_tokens = pending + 1, step_tokens + batch.ntokens
+                if ends_step:
+                    [tokens] = _sum_over_processes([step_tokens], world, batch.src.device)  # the step's tokens, all processes
+                    # DDP averaged the gradients over the processes; world / tokens turns that into the mean per token
+                    optimizer_step(model, optimizer, scheduler, max_grad_norm, grad_scale=world / tokens, scaler=scaler)
                     state.accum_step += 1
-                    pending = 0
+                    pending, step_tokens = 0, 0
             total_loss += loss.item()
             total_tokens += batch.ntokens
             lr = optimizer.param_groups[0]["lr"] if training else 0.0
             bar.set_postfix(loss=f"{total_loss / total_tokens:.3f}", lr=f"{lr:.2e}", tok_s=f"{total_tokens / (time.perf_counter() - start):,.0f}")
-    if pending:  # an incomplete accumulation at the end: rescale it as if it were a full one
-        for p in model.parameters():
-            if p.grad is not None:
-                p.grad.mul_(accum_iter / pending)
-        optimizer_step(model, optimizer, scheduler, max_grad_norm)
-        state.accum_step += 1
     bar.close()
+    total_loss, total_tokens = _sum_over_processes([total_loss, total_tokens], world, next(core.parameters()).device)
     if total_tokens == 0:
         raise ValueError("no batches: the epoch had nothing to train or evaluate on")
     return total_loss / total_tokens, state
@@ -185,11 +223,22 @@ def optimizer_step(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None,
     max_grad_norm: float | None,
+    grad_scale: float = 1.0,  # multiplies the gradients first: 1 / tokens turns summed losses into a mean
+    scaler: torch.amp.GradScaler | None = None,  # the float16 loss scaler, if any
 ) -> None:
-    "Clip (optionally), update the weights, advance the schedule and clear the gradients."
+    "Scale the gradients, clip them (optionally), update the weights, advance the schedule and clear the gradients."
+    if scaler is not None:
+        scaler.unscale_(optimizer)  # undo the loss scaling first, so that clipping sees the true gradients
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad.mul_(grad_scale)
     if max_grad_norm is not None:
         nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    optimizer.step()
+    if scaler is None:
+        optimizer.step()
+    else:
+        scaler.step(optimizer)  # skipped if a gradient overflowed; the scale is then lowered
+        scaler.update()
     if scheduler is not None:
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)

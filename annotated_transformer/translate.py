@@ -17,7 +17,9 @@ from pathlib import Path
 
 import sacrebleu
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from . import __version__
@@ -34,8 +36,8 @@ from .model import EncoderDecoder, ModelConfig
 from .training import LabelSmoothing, TrainState, noam_optimizer, run_epoch
 
 # %% auto #0
-__all__ = ['CHECKPOINT_FORMAT', 'TrainConfig', 'save_checkpoint', 'load_checkpoint', 'model_from_checkpoint', 'average_last',
-           'detokenize', 'translate', 'BleuScores', 'bleu', 'train']
+__all__ = ['CHECKPOINT_FORMAT', 'PRECISIONS', 'TrainConfig', 'save_checkpoint', 'load_checkpoint', 'model_from_checkpoint',
+           'average_last', 'detokenize', 'translate', 'BleuScores', 'bleu', 'train']
 
 # %% ../nbs/05_multi30k.ipynb #a596de03
 @dataclass(frozen=True)
@@ -73,12 +75,18 @@ CHECKPOINT_FORMAT = 1  # bump when the checkpoint layout changes
 
 
 def save_checkpoint(path: Path, **state) -> None:
-    "Write `state` (plus format and package version) to `path` atomically."
+    "Write `state` (plus format and package version) to `path` atomically: a failed write leaves the old file intact."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    torch.save({"format": CHECKPOINT_FORMAT, "version": __version__, **state}, tmp)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            torch.save({"format": CHECKPOINT_FORMAT, "version": __version__, **state}, f)
+            f.flush()
+            os.fsync(f.fileno())  # on the disk before it takes the old file's place
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # only left if the write failed
 
 
 def load_checkpoint(path: Path) -> dict:
@@ -213,13 +221,39 @@ def bleu(hypotheses: Sequence[Sequence[str]], references: Sequence[str], tokeniz
     return BleuScores(cased.score, str(metric.get_signature()), lower.score)
 
 # %% ../nbs/05_multi30k.ipynb #9905c999
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # the autocast dtype of each (Part 6)
+
+
 def _rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "python": random.getstate()}
+    "This process's random-number-generator states."
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
 
 
 def _set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def _gather(obj: object, world: int) -> list:
+    "`obj` from every process of the data-parallel group, in rank order."
+    if world == 1:
+        return [obj]
+    gathered = [None] * world
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
+def _save_epoch(out_dir: Path, ckpt: dict, keep_epochs: int) -> None:
+    "Write epoch{k}.pt (the weights), then last.pt (everything), and delete the epoch file that leaves the window."
+    epoch = ckpt["epoch"]
+    save_checkpoint(out_dir / f"epoch{epoch}.pt", **{k: ckpt[k] for k in ("config", "model", "epoch", "history", "src_vocab", "tgt_vocab")})
+    save_checkpoint(out_dir / "last.pt", **ckpt)
+    (out_dir / f"epoch{epoch - keep_epochs}.pt").unlink(missing_ok=True)
 
 
 def train(
@@ -227,15 +261,22 @@ def train(
     config: TrainConfig | None = None,
     data_dir: str | Path | None = None,  # Multi30k files; $MULTI30K_DIR or a download if None
     resume: bool = False,  # continue from out_dir/last.pt
-    device: str | None = None,  # "cuda" when available, else "cpu"
+    device: str | torch.device | None = None,  # "cuda" when available, else "cpu"
     pairs: dict[str, list[tuple[str, str]]] | None = None,  # {"train": ..., "val": ...} instead of Multi30k (tests)
     keep_epochs: int = 5,  # weights-only checkpoints of the last epochs to keep, for averaging
     progress: bool = True,
     log: Callable[[str], None] = print,
-) -> dict:
-    "Train on Multi30k (or the given pairs); return the last checkpoint's contents."
+    precision: str = "fp32",  # "bf16", or "fp16" with a gradient scaler: mixed precision (Part 6)
+    compile: bool = False,  # torch.compile the model (Part 6)
+) -> dict | None:
+    "Train on Multi30k (or the given pairs), alone or as one of several data-parallel processes (Part 6); return the last checkpoint's contents (None on all but the first process)."
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     out_dir = Path(out_dir)
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    main = rank == 0  # only the first process prints, validates and writes checkpoints
+    log, progress = (log, progress) if main else ((lambda message: None), False)
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     ckpt = load_checkpoint(out_dir / "last.pt") if resume else None
     if ckpt is not None:
         stored = TrainConfig.from_dict(ckpt["config"])
@@ -243,8 +284,8 @@ def train(
             raise ValueError(f"--resume with a different configuration than {out_dir / 'last.pt'} was trained with: {stored}")
         config = replace(stored, epochs=config.epochs if config is not None else stored.epochs)
     config = config or TrainConfig()
-    torch.manual_seed(config.seed)
-    random.seed(config.seed)
+    torch.manual_seed(config.seed + rank)  # rank 0's initial weights are everyone's (DDP copies them); dropout differs
+    random.seed(config.seed + rank)
 
     pairs = pairs or {split: load_multi30k(split, data_dir) for split in ("train", "val")}
     tok_de, tok_en = load_tokenizers()
@@ -259,22 +300,35 @@ def train(
     train_data = encode_pairs(*tokens["train"], src_vocab, tgt_vocab)
     val_data = encode_pairs(*tokens["val"], src_vocab, tgt_vocab)
     pad = tgt_vocab.pad
-    train_loader = make_loader(train_data, pad, config.max_tokens, seed=config.seed)
+    train_loader = make_loader(train_data, pad, config.max_tokens, seed=config.seed, num_replicas=world, rank=rank)
     val_loader = make_loader(val_data, pad, config.max_tokens, shuffle=False)
 
     model = config.model.build(len(src_vocab), len(tgt_vocab)).to(device)
     criterion = LabelSmoothing(len(tgt_vocab), pad, config.smoothing)
     optimizer, scheduler = noam_optimizer(model, config.model.d_model, config.factor, config.warmup)
+    # float16's loss scaler; the loss we backpropagate is a sum over up to max_tokens tokens, not a mean,
+    # so the scale starts that much lower than PyTorch's default of 2^16 (else the first steps overflow)
+    scaler = torch.amp.GradScaler(device.type, init_scale=2.0**16 / config.max_tokens) if precision == "fp16" else None
     state, history, first_epoch = TrainState(), [], 0
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
+        if scaler is not None and "scaler" in ckpt:
+            scaler.load_state_dict(ckpt["scaler"])
         state, history, first_epoch = TrainState(**ckpt["train_state"]), ckpt["history"], ckpt["epoch"]
-        _set_rng_state(ckpt["rng"])
+        rng = ckpt["rng"] if isinstance(ckpt["rng"], list) else [ckpt["rng"]]  # one per process that wrote it
+        if len(rng) == world:
+            _set_rng_state(rng[rank])
+        else:
+            log(f"{out_dir / 'last.pt'} was written by {len(rng)} process(es) and this run has {world}: "
+                f"it continues with new random states, so not exactly as the interrupted run would have")
         log(f"resuming from {out_dir / 'last.pt'} after epoch {ckpt['epoch']} ({state.accum_step} optimizer steps)")
     log(f"{len(train_data):,} training pairs; vocabularies {len(src_vocab):,} / {len(tgt_vocab):,}; "
-        f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters on {device}")
+        f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters on {device}"
+        + (f", {world} processes" if world > 1 else "") + (f", {precision}" if precision != "fp32" else ""))
+    trained = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None) if world > 1 else model
+    trained = torch.compile(trained) if compile else trained
 
     val_sources = [de for de, _ in pairs["val"]]
     val_refs = [en for _, en in pairs["val"]]
@@ -282,19 +336,23 @@ def train(
     for epoch in range(first_epoch, config.epochs):
         start = time.time()
         train_loader.batch_sampler.set_epoch(epoch)
-        train_loss, state = run_epoch(train_loader, model, criterion, optimizer, scheduler, config.accum_iter, config.max_grad_norm,
-                                      state, desc=f"epoch {epoch + 1}/{config.epochs}", progress=progress, device=device)
-        val_loss, _ = run_epoch(val_loader, model, criterion, desc="validation", progress=progress, device=device)  # leaves eval mode on
-        scores = bleu(translate(model, val_sources, src_vocab, tgt_vocab, tok_de, progress=progress), val_refs, tok_en)
-        history.append({"epoch": epoch + 1, "train_loss": train_loss, "val_loss": val_loss, "val_bleu": scores.sacrebleu,
-                        "steps": state.accum_step, "seconds": time.time() - start})
-        log(f"epoch {epoch + 1}: train loss {train_loss:.3f}, val loss {val_loss:.3f}, val sacreBLEU {scores.sacrebleu:.2f} "
-            f"({time.time() - start:.0f} s)")
-        ckpt = dict(config=config.to_dict(), model=model.state_dict(), optimizer=optimizer.state_dict(),
-                    scheduler=scheduler.state_dict(), train_state=asdict(state), epoch=epoch + 1, history=history,
-                    rng=_rng_state(), src_vocab=src_vocab.state_dict(), tgt_vocab=tgt_vocab.state_dict())
-        save_checkpoint(out_dir / "last.pt", **ckpt)
-        weights_only = {k: ckpt[k] for k in ("config", "model", "epoch", "history", "src_vocab", "tgt_vocab")}
-        save_checkpoint(out_dir / f"epoch{epoch + 1}.pt", **weights_only)
-        (out_dir / f"epoch{epoch + 1 - keep_epochs}.pt").unlink(missing_ok=True)
-    return ckpt  # the last epoch's; on a resume with no epoch left, the one loaded
+        train_loss, state = run_epoch(train_loader, trained, criterion, optimizer, scheduler, config.accum_iter, config.max_grad_norm,
+                                      state, desc=f"epoch {epoch + 1}/{config.epochs}", progress=progress, device=device,
+                                      autocast_dtype=PRECISIONS[precision], scaler=scaler)
+        rng = _gather(_rng_state(), world)  # every process's, for an exact resume
+        if main:
+            with torch.random.fork_rng(devices=[]):  # validation must not move the random state training continues from
+                val_loss, _ = run_epoch(val_loader, model, criterion, desc="validation", progress=progress, device=device)  # leaves eval mode on
+                scores = bleu(translate(model, val_sources, src_vocab, tgt_vocab, tok_de, progress=progress), val_refs, tok_en)
+            history.append({"epoch": epoch + 1, "train_loss": train_loss, "val_loss": val_loss, "val_bleu": scores.sacrebleu,
+                            "steps": state.accum_step, "seconds": time.time() - start})
+            log(f"epoch {epoch + 1}: train loss {train_loss:.3f}, val loss {val_loss:.3f}, val sacreBLEU {scores.sacrebleu:.2f} "
+                f"({time.time() - start:.0f} s)")
+            ckpt = dict(config=config.to_dict(), model=model.state_dict(), optimizer=optimizer.state_dict(),
+                        scheduler=scheduler.state_dict(), train_state=asdict(state), epoch=epoch + 1, history=history,
+                        rng=rng, src_vocab=src_vocab.state_dict(), tgt_vocab=tgt_vocab.state_dict(),
+                        **({"scaler": scaler.state_dict()} if scaler is not None else {}))
+            _save_epoch(out_dir, ckpt, keep_epochs)
+        if world > 1:
+            dist.barrier()  # the others wait while the first validates and saves
+    return ckpt if main else None  # the last epoch's; on a resume with no epoch left, the one loaded

@@ -515,10 +515,12 @@ def padded_batches() -> list[Batch]:
 
 
 def test_gradient_accumulation_equals_one_big_batch():
-    data = [random_copy_data(8, 6, seed=s) for s in (1, 2)]  # no padding: the halves hold equal ntokens
+    data = [random_copy_data(8, 6, seed=s) for s in (1, 2)]
+    for d in data:
+        d[6:, 2:] = PAD  # padding in the second halves: every loss token weighs the same, whichever batch holds it
     whole = [Batch(d, d.clone(), pad=PAD) for d in data]
     halves = [Batch(h, h.clone(), pad=PAD) for d in data for h in (d[:4], d[4:])]
-    assert all(h.ntokens == whole[0].ntokens // 2 for h in halves)
+    assert halves[0].ntokens != halves[1].ntokens
 
     a = tiny_model()
     b = copy.deepcopy(a)
@@ -564,7 +566,7 @@ def test_scheduler_with_noam_counts_optimizer_steps():
     assert opt.param_groups[0]["lr"] == pytest.approx(rate(2, 16, 1.0, 3), rel=1e-12)
 
 
-def test_incomplete_final_accumulation_still_steps_at_full_scale():
+def test_incomplete_final_accumulation_is_a_step_over_its_own_tokens():
     batches = padded_batches()
     a = tiny_model()
     b = copy.deepcopy(a)
@@ -575,7 +577,7 @@ def test_incomplete_final_accumulation_still_steps_at_full_scale():
     assert state.accum_step == 2
     assert sched_a.last_epoch == 2
     assert all(p.grad is None for p in a.parameters())  # the gradients were cleared after the last step
-    # the last, lone batch counts as a whole accumulation: the same as one step on it with accum_iter=1
+    # the last, lone batch is a step normalized by its own tokens: the same as one step on it with accum_iter=1
     opt_b = torch.optim.SGD(b.parameters(), lr=0.5)
     run_epoch(batches[:2], b, crit(), opt_b, accum_iter=2, progress=False)
     run_epoch(batches[2:], b, crit(), opt_b, accum_iter=1, progress=False)

@@ -1,15 +1,12 @@
 """Tests for annotated_transformer.translate and the `annotated-transformer` console command.
 
-They write a few hundred synthetic German-English pairs as Multi30k-named .gz files to a temporary
-folder and pass it as --data-dir: no network and no ../shared needed.
+They train on the synthetic German-English pairs that conftest.py's `data_dir` fixture writes as
+Multi30k-named .gz files to a temporary folder: no network and no ../shared needed.
 """
 
 from __future__ import annotations
 
-import gzip
 import io
-import itertools
-import random
 import sys
 from pathlib import Path
 
@@ -17,7 +14,7 @@ import pytest
 import torch
 
 from annotated_transformer.cli import main
-from annotated_transformer.data import load_multi30k, load_tokenizers, split_files, tokenize_all
+from annotated_transformer.data import load_multi30k, load_tokenizers, tokenize_all
 from annotated_transformer.model import ModelConfig
 from annotated_transformer.translate import (
     TrainConfig,
@@ -29,41 +26,6 @@ from annotated_transformer.translate import (
     train,
     translate,
 )
-
-SUBJECTS = [("Ein Mann", "A man"), ("Eine Frau", "A woman"), ("Ein Kind", "A child"), ("Ein Hund", "A dog")]
-VERBS = [("sieht", "sees"), ("hat", "has"), ("mag", "likes")]
-OBJECTS = [("einen Ball", "a ball"), ("ein Auto", "a car"), ("einen Baum", "a tree"), ("ein Haus", "a house")]
-PLACES = [("", ""), (" im Park", " in the park"), (" am Strand", " on the beach"), (" im Schnee", " in the snow")]
-
-
-def synthetic_pairs() -> list[tuple[str, str]]:
-    "192 distinct, consistent German-English sentence pairs."
-    pairs = [
-        (f"{s_de} {v_de} {o_de}{p_de}.", f"{s_en} {v_en} {o_en}{p_en}.")
-        for (s_de, s_en), (v_de, v_en), (o_de, o_en), (p_de, p_en) in itertools.product(SUBJECTS, VERBS, OBJECTS, PLACES)
-    ]
-    random.Random(0).shuffle(pairs)
-    return pairs
-
-
-def write_split(folder: Path, split: str, pairs: list[tuple[str, str]]) -> None:
-    de_name, en_name = split_files(split)
-    for name, side in ((de_name, 0), (en_name, 1)):
-        with gzip.open(folder / name, "wt", encoding="utf-8") as f:
-            f.write("".join(p[side] + "\n" for p in pairs))
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.delenv("MULTI30K_DIR", raising=False)
-    pairs = synthetic_pairs()
-    folder = tmp_path / "multi30k"
-    folder.mkdir()
-    write_split(folder, "train", pairs[:160])
-    write_split(folder, "val", pairs[160:176])
-    write_split(folder, "test2016", pairs[176:])
-    return folder
-
 
 TRAIN_ARGS = ["--model", "tiny", "--max-tokens", "400", "--warmup", "20", "--quiet"]
 
