@@ -5,6 +5,7 @@
     annotated-transformer evaluate --checkpoint runs/multi30k/last.pt --split test2016
     annotated-transformer evaluate --checkpoint runs/multi30k/last.pt --beam 4 --average-last 5
     annotated-transformer translate --checkpoint runs/multi30k/last.pt "Ein Mann fährt Fahrrad."
+    annotated-transformer translate --checkpoint runs/multi30k/last.pt --attention out.png "Ein Mann fährt Fahrrad."
     echo "Zwei Hunde spielen im Schnee." | annotated-transformer translate --checkpoint runs/multi30k/last.pt
 
 Hand-written (not exported from a notebook): it only parses arguments and calls the library.
@@ -67,8 +68,20 @@ def _translate(args: argparse.Namespace) -> None:
     sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin if line.strip()]
     if not sentences:
         raise ValueError("no sentences: give them as arguments or on standard input, one a line")
-    for tokens in translate(model, sentences, src_vocab, tgt_vocab, beam_size=args.beam, alpha=args.alpha, allow_unk=args.allow_unk):
+    if args.attention and args.attention.suffix.lower() != ".png":
+        raise ValueError(f"--attention needs a .png file name, got {args.attention}")
+    translations = translate(model, sentences, src_vocab, tgt_vocab, beam_size=args.beam, alpha=args.alpha, allow_unk=args.allow_unk)
+    if args.attention:
+        from annotated_transformer.visualization import plot_sentence, sentence_attention  # seaborn loads slowly: only when asked
+    for i, (sentence, tokens) in enumerate(zip(sentences, translations), start=1):
         print(detokenize(tokens))
+        if args.attention:
+            maps = sentence_attention(model, sentence, src_vocab, tgt_vocab, translation=tokens)
+            layer = len(model.encoder.layers) - 1 if args.layer is None else args.layer
+            path = args.attention if len(sentences) == 1 else args.attention.with_stem(f"{args.attention.stem}-{i}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            plot_sentence(maps, layer).savefig(path, dpi=100)
+            print(f"attention of layer {layer} saved to {path}", file=sys.stderr)
 
 
 def _positive(text: str) -> int:
@@ -116,6 +129,8 @@ def parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("translate", parents=[common, decoding], help="translate German sentences (arguments or stdin)")
     tr.add_argument("sentences", nargs="*", help="German sentences; read from standard input if none")
+    tr.add_argument("--attention", type=Path, metavar="PNG", help="save attention heatmaps of each sentence (OUT-1.png, ... for several)")
+    tr.add_argument("--layer", type=int, help="the layer whose attention --attention draws (default: the last)")
     tr.set_defaults(run=_translate)
     return p
 

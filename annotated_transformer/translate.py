@@ -7,6 +7,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/multi30k.htm
 # %% ../nbs/05_multi30k.ipynb #a6616e84
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import re
@@ -36,8 +37,9 @@ from .model import EncoderDecoder, ModelConfig
 from .training import LabelSmoothing, TrainState, noam_optimizer, run_epoch
 
 # %% auto #0
-__all__ = ['CHECKPOINT_FORMAT', 'PRECISIONS', 'TrainConfig', 'save_checkpoint', 'load_checkpoint', 'model_from_checkpoint',
-           'average_last', 'detokenize', 'translate', 'BleuScores', 'bleu', 'train']
+__all__ = ['CHECKPOINT_FORMAT', 'PRECISIONS', 'CPU_DEFAULT', 'RUN_ENV', 'TrainConfig', 'save_checkpoint', 'load_checkpoint',
+           'model_from_checkpoint', 'average_last', 'detokenize', 'translate', 'BleuScores', 'bleu', 'train',
+           'chapter_run']
 
 # %% ../nbs/05_multi30k.ipynb #a596de03
 @dataclass(frozen=True)
@@ -356,3 +358,22 @@ def train(
         if world > 1:
             dist.barrier()  # the others wait while the first validates and saves
     return ckpt if main else None  # the last epoch's; on a resume with no epoch left, the one loaded
+
+# %% ../nbs/05_multi30k.ipynb #8a4bbeeb
+CPU_DEFAULT = TrainConfig(model=ModelConfig(N=2, d_model=128, d_ff=512, h=4, dropout=0.1, norm_first=True),
+                          epochs=3, max_tokens=2048, warmup=300)  # the notebooks' model when no full run is given
+RUN_ENV = "MULTI30K_RUN"  # names the folder of a full run for the notebooks to decode
+
+
+def chapter_run(root: str | Path) -> tuple[Path, bool]:
+    "The run the notebooks decode, and whether it is a full run: $MULTI30K_RUN, else root/runs/multi30k-cpu (trained first if unfinished)."
+    if os.environ.get(RUN_ENV):
+        return Path(os.environ[RUN_ENV]), True
+    run_dir = Path(root) / "runs" / "multi30k-cpu"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another notebook training it: wait, then find it finished
+        done = (run_dir / "last.pt").is_file() and load_checkpoint(run_dir / "last.pt")["epoch"] >= CPU_DEFAULT.epochs
+        if not done:
+            train(run_dir, CPU_DEFAULT, resume=(run_dir / "last.pt").is_file(), progress=False)
+    return run_dir, False

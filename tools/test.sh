@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: the package and README agree with the notebooks, every notebook's checks
-# pass (nbdev-test, slow cells skipped), and the pytest suite in tests/ passes.
+# pass (nbdev-test, slow cells skipped), the tutorial renders (every cell run), and the pytest suite
+# in tests/ passes, its browser test on the tutorial just rendered.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/setup.sh
@@ -25,5 +26,8 @@ fi
 echo "== nbdev-test: every notebook, top to bottom, without the cells flagged slow"
 nbdev-test --n-workers 2
 
-echo "== pytest"
-python -m pytest
+echo "== the main job: every notebook executed top to bottom (slow cells too) and rendered to test-artifacts/tutorial"
+python tools/render.py --out test-artifacts/tutorial
+
+echo "== pytest (the browser test reads the tutorial just rendered)"
+TUTORIAL_DIR=test-artifacts/tutorial python -m pytest
