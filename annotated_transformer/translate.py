@@ -7,7 +7,6 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/multi30k.htm
 # %% ../nbs/05_multi30k.ipynb #a6616e84
 from __future__ import annotations
 
-import fcntl
 import os
 import random
 import re
@@ -369,6 +368,8 @@ def chapter_run(root: str | Path) -> tuple[Path, bool]:
     "The run the notebooks decode, and whether it is a full run: $MULTI30K_RUN, else root/runs/multi30k-cpu (trained first if unfinished)."
     if os.environ.get(RUN_ENV):
         return Path(os.environ[RUN_ENV]), True
+    import fcntl  # a POSIX file lock; imported here so that the rest of the module imports anywhere
+
     run_dir = Path(root) / "runs" / "multi30k-cpu"
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / ".lock", "w") as lock:
