@@ -4,7 +4,7 @@ What is checked:
 1. `Batch`: shapes, the tgt/tgt_y shift, the masks, the token count, `.to()`, and clear errors.
 2. `TokenBatchSampler`: a partition of the examples within the token budget, determinism per (seed, epoch),
    sorted batches without shuffling, sharding over processes, and clear errors.
-3. `rate` and `noam_optimizer`: eq. (5) at known steps, Adam's settings, the schedule as seen by the optimizer.
+3. `rate` and `noam_optimizer`: eq. (5) at known steps, Adam's settings, the schedule as seen by the optimizer, fused = unfused steps.
 4. `LabelSmoothing` / `smoothed_targets`: the closed form against `F.kl_div`, gradients, -inf log-probabilities,
    padding, and the difference from PyTorch's own `label_smoothing`.
 5. `run_epoch`: gradient accumulation, scheduler stepping, counts, evaluation, clipping and errors.
@@ -332,6 +332,23 @@ def test_noam_optimizer_settings_and_schedule():
         sched.step()
         assert sched.last_epoch == k
         assert opt.param_groups[0]["lr"] == pytest.approx(rate(k, 16, 2.0, 10), rel=1e-12)
+
+
+def test_noam_optimizer_fused_only_on_gpus_and_same_steps():
+    "On CPU parameters the default is Adam tensor by tensor; the fused kernel (GPUs' default) takes the same steps."
+    assert noam_optimizer(tiny_model(), 16)[0].defaults["fused"] is False
+    models = [tiny_model(), tiny_model()]  # the same weights (seed 0)
+    opts = [noam_optimizer(m, 16, warmup=3, fused=fused)[0] for m, fused in zip(models, (False, True))]
+    for step in range(5):
+        torch.manual_seed(step)
+        grads = [torch.randn_like(p) for p in models[0].parameters()]
+        for m, opt in zip(models, opts):
+            for p, g in zip(m.parameters(), grads):
+                p.grad = g.clone()
+            opt.step()
+    for a, b in zip(models[0].parameters(), models[1].parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert not torch.equal(next(models[0].parameters()), next(tiny_model().parameters()))  # the steps moved the weights
 
 
 def test_noam_optimizer_rejects_no_warmup():
