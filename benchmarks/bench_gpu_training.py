@@ -11,8 +11,8 @@ common.py). One extra setting, bfloat16 with Adam updating tensor by tensor (`fu
 fused Adam that `noam_optimizer` picks on GPUs saves.
 
 Printed: target tokens per second, and MFU = 6 x parameters x target tokens per second / the GPU's peak
-bfloat16 rate (`distributed.bf16_peak_tflops`, or `--peak-tflops`). The same peak divides all three
-settings, float32 included, so the float32 figure says how much of the bfloat16 hardware it leaves unused.
+bfloat16 rate (`distributed.bf16_peak_tflops`, or `--peak-tflops`). The same peak divides every
+setting, float32 included, so the float32 figure says how much of the bfloat16 hardware it leaves unused.
 
     python benchmarks/bench_gpu_training.py
     python benchmarks/bench_gpu_training.py --profile   # where bfloat16's step spends its GPU time
