@@ -112,7 +112,8 @@ def _decoder(model: EncoderDecoder, src: Tensor, src_mask: Tensor, cached: bool)
 
 def _ban(logp: Tensor, banned: Sequence[int]) -> Tensor:
     "Log-probabilities (B, V) with the banned tokens made impossible (the rest are not renormalized)."
-    logp[:, list(banned)] = -math.inf
+    if banned:  # nothing to do on most calls: skip the indexing
+        logp[:, list(banned)] = -math.inf
     return logp
 
 
