@@ -19,12 +19,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from annotated_transformer.checkpoint import average_last, load_checkpoint, model_from_checkpoint
 from annotated_transformer.data import load_multi30k
-from annotated_transformer.distributed import cleanup_distributed, default_precision, setup_distributed
+from annotated_transformer.distributed import PRECISIONS, cleanup_distributed, default_precision, setup_distributed
 from annotated_transformer.model import ModelConfig
-from annotated_transformer.translate import (
-    PRECISIONS, TrainConfig, average_last, bleu, detokenize, load_checkpoint, model_from_checkpoint, train, translate,
-)
+from annotated_transformer.trainer import TrainConfig, train
+from annotated_transformer.translation import bleu, detokenize, translate
 
 
 def _train(args: argparse.Namespace) -> None:

@@ -173,6 +173,10 @@ class Vocab:
         "Ids of `tokens`, unknown ones as <unk>."
         return [self.stoi.get(t, self.unk) for t in tokens]
 
+    def encode_sentence(self, tokens: Sequence[str]) -> list[int]:
+        "Ids of a whole sentence as the model reads and writes it: <s>, the ids of `tokens`, </s>."
+        return [self.bos, *self.encode(tokens), self.eos]
+
     def decode(self, ids: Iterable[int], strip_specials: bool = True) -> list[str]:
         "Tokens of `ids`; by default without <s>, <blank> and anything from </s> on."
         tokens = []
@@ -217,13 +221,10 @@ def encode_pairs(src_tokens: Sequence[Sequence[str]], tgt_tokens: Sequence[Seque
     "`<s> ids </s>` tensors for every pair of token lists."
     if len(src_tokens) != len(tgt_tokens):
         raise ValueError(f"{len(src_tokens)} source sentences but {len(tgt_tokens)} target sentences")
+    return EncodedPairs([torch.tensor(src_vocab.encode_sentence(s)) for s in src_tokens],
+                        [torch.tensor(tgt_vocab.encode_sentence(t)) for t in tgt_tokens])
 
-    def wrap(tokens: Sequence[str], vocab: Vocab) -> Tensor:
-        return torch.tensor([vocab.bos, *vocab.encode(tokens), vocab.eos])
-
-    return EncodedPairs([wrap(s, src_vocab) for s in src_tokens], [wrap(t, tgt_vocab) for t in tgt_tokens])
-
-
+# %% ../nbs/04_data.ipynb #b9f7d85d
 def collate(pairs: list[tuple[Tensor, Tensor]], pad: int) -> Batch:
     "Right-pad a list of (src, tgt) id tensors into a `Batch`."
     src = pad_sequence([s for s, _ in pairs], batch_first=True, padding_value=pad)  # (B, S)

@@ -1,4 +1,4 @@
-"""Section 6.1 of "Attention Is All You Need" done properly: incremental decoding with a key/value cache, batched greedy search, beam search with a length penalty, and checkpoint averaging.
+"""Section 6.1 of "Attention Is All You Need" done properly: incremental decoding with a key/value cache, batched greedy search, and beam search with a length penalty.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/decoding.html.md"""
 
@@ -9,15 +9,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 
-from .model import EncoderDecoder, attention, subsequent_mask
+from .model import EncoderDecoder, MultiHeadedAttention, attention, subsequent_mask
 
 # %% auto #0
-__all__ = ['PrefixDecoder', 'CachedDecoder', 'greedy_search', 'length_penalty', 'beam_search', 'average_checkpoints']
+__all__ = ['Decoder', 'PrefixDecoder', 'CachedDecoder', 'Decodable', 'begin_decoding', 'Hypothesis', 'greedy_search',
+           'length_penalty', 'beam_search']
+
+# %% ../nbs/03_decoding.ipynb #5d6be7dc
+@runtime_checkable
+class Decoder(Protocol):
+    "What greedy and beam search drive: one step at a time over a batch of rows they may reorder."
+
+    def step(self, y: Tensor) -> Tensor:
+        "Newest tokens (B,) -> log-probabilities of the next token (B, V)."
+        ...
+
+    def select(self, rows: Tensor) -> None:
+        "Keep these rows (B',), in this order."
+        ...
 
 # %% ../nbs/03_decoding.ipynb #6ec15b06
 class PrefixDecoder:
@@ -40,8 +54,8 @@ class PrefixDecoder:
         self.memory, self.src_mask, self.ys = self.memory[rows], self.src_mask[rows], self.ys[rows]
 
 # %% ../nbs/03_decoding.ipynb #f9666445
-def _attend(attn, x: Tensor, key: Tensor, value: Tensor, mask: Tensor | None) -> Tensor:
-    "`attn` (a MultiHeadedAttention) from queries x (B, 1, D) to per-head keys and values (B, h, L, d_k)."
+def _attend(attn: MultiHeadedAttention, x: Tensor, key: Tensor, value: Tensor, mask: Tensor | None) -> Tensor:
+    "`attn` from queries x (B, 1, D) to per-head keys and values (B, h, L, d_k)."
     q = attn.split_heads(attn.w_q(x))  # (B, h, 1, d_k)
     mask = None if mask is None else mask.unsqueeze(1)  # (B, 1, 1, L): the same for every head
     out, _ = attention(q, key, value, mask)  # (B, h, 1, d_k); for one query this beats SDPA's kernel on a CPU
@@ -65,9 +79,9 @@ class CachedDecoder:
 
     def step(self, y: Tensor) -> Tensor:
         "Newest tokens (B,) -> log-probabilities of the next token (B, V)."
+        if self.t >= self.model.max_len:
+            raise ValueError(f"position {self.t} is beyond the positional-encoding table (max_len={self.model.max_len})")
         embed, position = self.model.tgt_embed  # Embeddings, PositionalEncoding
-        if self.t >= position.pe.size(1):
-            raise ValueError(f"position {self.t} is beyond the positional-encoding table (max_len={position.pe.size(1)})")
         x = position.dropout(embed(y.unsqueeze(1)) + position.pe[:, self.t : self.t + 1])  # (B, 1, D)
         for i, layer in enumerate(self.model.decoder.layers):
             x = layer.sublayer[0](x, lambda x: self._self_attend(i, layer.self_attn, x))
@@ -76,7 +90,7 @@ class CachedDecoder:
         self.t += 1
         return self.model.generator(self.model.decoder.norm(x)[:, -1])  # (B, V)
 
-    def _self_attend(self, i: int, attn, x: Tensor) -> Tensor:
+    def _self_attend(self, i: int, attn: MultiHeadedAttention, x: Tensor) -> Tensor:
         "Append the new position's key and value to layer i's cache, then attend to the whole cache."
         self.k[i] = torch.cat([self.k[i], attn.split_heads(attn.w_k(x))], dim=2)  # (B, h, t + 1, d_k)
         self.v[i] = torch.cat([self.v[i], attn.split_heads(attn.w_v(x))], dim=2)
@@ -88,9 +102,32 @@ class CachedDecoder:
         for cache in (self.src_k, self.src_v, self.k, self.v):
             cache[:] = [c[rows] for c in cache]
 
+# %% ../nbs/03_decoding.ipynb #dc1e0b94
+class Decodable(Protocol):
+    "A model that is not a Transformer but can start decoding a batch of sources itself."
+
+    def begin_decoding(self, src: Tensor, src_mask: Tensor) -> Decoder:
+        "A decoder for sources (B, S) with masks (B, 1, S), before its first step."
+        ...
+
+
+def begin_decoding(
+    model: EncoderDecoder | Decodable,
+    src: Tensor,  # (B, S) source ids
+    src_mask: Tensor,  # (B, 1, S); True = a real token
+    cached: bool = True,  # for a Transformer: CachedDecoder, else PrefixDecoder
+) -> Decoder:
+    "A decoder for this batch: Part 3's for a Transformer, the model's own `begin_decoding` for any other."
+    if isinstance(model, EncoderDecoder):
+        memory = model.encode(src, src_mask)  # (B, S, D)
+        return (CachedDecoder if cached else PrefixDecoder)(model, memory, src_mask)
+    if hasattr(model, "begin_decoding"):
+        return model.begin_decoding(src, src_mask)
+    raise TypeError(f"{type(model).__name__} cannot start decoding: it is not an EncoderDecoder and has no method begin_decoding(src, src_mask)")
+
 # %% ../nbs/03_decoding.ipynb #557110f4
-def _check_decode_args(src: Tensor, src_mask: Tensor, max_len: int | Sequence[int], beam_size: int = 1) -> Tensor:
-    "Validate the common arguments; return the per-sentence length limits (B,)."
+def _check_decode_args(src: Tensor, src_mask: Tensor, max_len: int | Sequence[int], beam_size: int = 1) -> list[int]:
+    "Validate the common arguments; return the per-sentence length limits (B of them)."
     if src.dim() != 2 or src.size(0) == 0 or src.size(1) == 0:
         raise ValueError(f"src must be a non-empty (batch, length) tensor of ids, got shape {tuple(src.shape)}")
     if src_mask.shape != (src.size(0), 1, src.size(1)):
@@ -104,12 +141,14 @@ def _check_decode_args(src: Tensor, src_mask: Tensor, max_len: int | Sequence[in
         raise ValueError(f"max_len must be at least 1 (the start symbol), got {min(limits)}")
     return limits
 
+# %% ../nbs/03_decoding.ipynb #48b51bcf
+class Hypothesis(NamedTuple):
+    "One output of a search: its tokens (no start symbol) and its score (greedy: log-probability; beam: log-probability / lp)."
 
-def _decoder(model: EncoderDecoder, src: Tensor, src_mask: Tensor, cached: bool):
-    memory = model.encode(src, src_mask)  # (B, S, D)
-    return (CachedDecoder if cached else PrefixDecoder)(model, memory, src_mask)
+    tokens: list[int]
+    score: float
 
-
+# %% ../nbs/03_decoding.ipynb #4e9473fc
 def _ban(logp: Tensor, banned: Sequence[int]) -> Tensor:
     "Log-probabilities (B, V) with the banned tokens made impossible (the rest are not renormalized)."
     if banned:  # nothing to do on most calls: skip the indexing
@@ -119,30 +158,29 @@ def _ban(logp: Tensor, banned: Sequence[int]) -> Tensor:
 
 @torch.no_grad()
 def greedy_search(
-    model: EncoderDecoder,
+    model: EncoderDecoder | Decodable,  # a Transformer, or any model with begin_decoding(src, src_mask)
     src: Tensor,  # (B, S) source ids
     src_mask: Tensor,  # (B, 1, S); True = a real token
     max_len: int | Sequence[int],  # longest output, start symbol included; one for all or one per sentence
     start_symbol: int,
     end_symbol: int,
-    cached: bool = True,  # False: recompute the whole prefix at every step
+    cached: bool = True,  # for a Transformer; False: recompute the whole prefix at every step
     banned: Sequence[int] = (),  # token ids never to generate (e.g. <unk>)
-) -> list[tuple[list[int], float]]:
+) -> list[Hypothesis]:
     "The most probable token at each step, for a batch: (tokens, sum of log-probabilities) per sentence."
     limits = _check_decode_args(src, src_mask, max_len)
-    decoder = _decoder(model, src, src_mask, cached)
-    results = [([], 0.0) for _ in limits]
+    decoder = begin_decoding(model, src, src_mask, cached)
+    results = [Hypothesis([], 0.0) for _ in limits]
     alive = [i for i, limit in enumerate(limits) if limit > 1]  # the sentence each row decodes
     decoder.select(torch.tensor(alive, dtype=torch.long, device=src.device))
     y = torch.full((len(alive),), start_symbol, dtype=torch.long, device=src.device)  # (B',)
-    for t in range(1, max(limits, default=1)):
+    for t in range(1, max(limits)):
         if not alive:
             break
         logp, y = _ban(decoder.step(y), banned).max(dim=-1)  # (B',), (B',)
         keep = []
         for row, (i, token, score) in enumerate(zip(alive, y.tolist(), logp.tolist())):
-            tokens, total = results[i]
-            results[i] = (tokens + [token], total + score)
+            results[i] = Hypothesis(results[i].tokens + [token], results[i].score + score)
             if token != end_symbol and t + 1 < limits[i]:
                 keep.append(row)
         if len(keep) < len(alive):  # some sentences are done: stop computing their rows
@@ -156,14 +194,62 @@ def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
     "GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha; scores are divided by it. alpha = 0 gives 1."
     return ((5 + length) / 6) ** alpha
 
+# %% ../nbs/03_decoding.ipynb #4b0aa65b
+_Candidate = tuple[int, int, float]  # a beam extended by one token: (which of the K beams, the token, the new log-probability)
+
+
+def _top_candidates(
+    beam_logp: Tensor,  # (B', K) the beams' log-probabilities
+    logp: Tensor,  # (B' * K, V) the next token's log-probabilities, row = sentence * K + beam
+    end_symbol: int,
+) -> list[tuple[list[_Candidate], list[_Candidate]]]:
+    "For each sentence: its best K candidates, and its best K that do not end; each best first."
+    n, K = beam_logp.shape
+    V = logp.size(-1)
+    total = (beam_logp.unsqueeze(-1) + logp.view(n, K, V)).view(n, K * V)  # (B', K * V)
+    top_logp, top = total.topk(min(2 * K, K * V), dim=-1)  # (B', 2K), best first
+    beam, token = top // V, top % V
+    rank = torch.arange(top.size(1), device=top.device)
+    keep = ((token == end_symbol).long() * top.size(1) + rank).argsort(dim=-1)[:, :K]  # (B', K): not ending, by rank
+    ranked = [list(zip(*row)) for row in zip(beam.tolist(), token.tolist(), top_logp.tolist())]  # (beam, token, logp) tuples
+    return [(cands[:K], [cands[c] for c in kept]) for cands, kept in zip(ranked, keep.tolist())]
+
+# %% ../nbs/03_decoding.ipynb #3df28951
+class _SentenceSearch:
+    "One sentence's beam search: the tokens of its running beams, and the hypotheses set aside."
+
+    def __init__(self, beam_size: int, limit: int, end_symbol: int, alpha: float):
+        self.K, self.limit, self.end_symbol, self.alpha = beam_size, limit, end_symbol, alpha
+        self.beams: list[list[int]] = [[] for _ in range(beam_size)]
+        self.finished: list[Hypothesis] = []
+
+    def set_aside(self, tokens: list[int], logp: float) -> None:
+        "Keep `tokens` as a hypothesis, scored by log-probability / lp."
+        self.finished.append(Hypothesis(tokens, logp / length_penalty(len(tokens), self.alpha)))
+
+    def step(self, t: int, best: list[_Candidate], going_on: list[_Candidate]) -> list[_Candidate]:
+        "Set aside the hypotheses that end among the `best` K; return the beams that go on ([] when done)."
+        for beam, token, logp in best:
+            if token == self.end_symbol and logp > -math.inf:
+                self.set_aside(self.beams[beam] + [token], logp)
+        if len(self.finished) >= self.K:  # terminate early
+            return []
+        if t + 1 >= self.limit:  # out of length: the running beams are the last hypotheses
+            for beam, token, logp in going_on:
+                if logp > -math.inf:
+                    self.set_aside(self.beams[beam] + [token], logp)
+            return []
+        self.beams = [self.beams[beam] + [token] for beam, token, _ in going_on]
+        return going_on
+
+    def best(self) -> list[Hypothesis]:
+        "The hypotheses set aside, best first, at most K."
+        return sorted(self.finished, key=lambda h: -h.score)[: self.K]
+
 # %% ../nbs/03_decoding.ipynb #a070dfa5
-def _finish(hypotheses: list, tokens: list[int], logp: float, alpha: float) -> None:
-    hypotheses.append((tokens, logp / length_penalty(len(tokens), alpha)))
-
-
 @torch.no_grad()
 def beam_search(
-    model: EncoderDecoder,
+    model: EncoderDecoder | Decodable,  # a Transformer, or any model with begin_decoding(src, src_mask)
     src: Tensor,  # (B, S) source ids
     src_mask: Tensor,  # (B, 1, S); True = a real token
     max_len: int | Sequence[int],  # longest output, start symbol included; one for all or one per sentence
@@ -171,85 +257,31 @@ def beam_search(
     end_symbol: int,
     beam_size: int = 4,  # K; the paper uses 4
     alpha: float = 0.6,  # length penalty; 0 ranks by log-probability
-    cached: bool = True,  # False: recompute the whole prefix at every step
+    cached: bool = True,  # for a Transformer; False: recompute the whole prefix at every step
     banned: Sequence[int] = (),  # token ids never to generate (e.g. <unk>)
-) -> list[list[tuple[list[int], float]]]:
+) -> list[list[Hypothesis]]:
     "The best hypotheses for each sentence, `(tokens, log-probability / lp)`, best first (at most `beam_size`)."
     limits = _check_decode_args(src, src_mask, max_len, beam_size)
-    B, K, device = src.size(0), beam_size, src.device
-    finished: list[list] = [[] for _ in range(B)]
-    alive = [i for i in range(B) if limits[i] > 1]  # the sentences still decoding
-    for i in range(B):
-        if limits[i] == 1:
-            _finish(finished[i], [], 0.0, alpha)
-    decoder = _decoder(model, src, src_mask, cached)
-    decoder.select(torch.tensor(alive, dtype=torch.long, device=device).repeat_interleave(K))  # row = sentence * K + beam
-    beams = [[[] for _ in range(K)] for _ in alive]  # the tokens of each beam
+    K, device = beam_size, src.device
+    searches = [_SentenceSearch(K, limit, end_symbol, alpha) for limit in limits]
+    for search in searches:
+        if search.limit == 1:  # no room after the start symbol
+            search.set_aside([], 0.0)
+    alive = [search for search in searches if search.limit > 1]  # the sentences still decoding, K rows each
+    decoder = begin_decoding(model, src, src_mask, cached)
+    first = torch.tensor([i for i, limit in enumerate(limits) if limit > 1], dtype=torch.long, device=device)
+    decoder.select(first.repeat_interleave(K))  # row = sentence * K + beam
     beam_logp = torch.full((len(alive), K), -math.inf, device=device)  # (B', K)
     beam_logp[:, 0] = 0.0  # the K start beams are copies: only one may be extended
     y = torch.full((len(alive) * K,), start_symbol, dtype=torch.long, device=device)  # (B' * K,)
     for t in range(1, max(limits)):
+        candidates = _top_candidates(beam_logp, _ban(decoder.step(y), banned), end_symbol)
+        going_on = [search.step(t, best, going) for search, (best, going) in zip(alive, candidates)]
+        rows = [j * K + beam for j, beams in enumerate(going_on) for beam, _, _ in beams]
+        alive, going_on = [s for s, beams in zip(alive, going_on) if beams], [beams for beams in going_on if beams]
         if not alive:
             break
-        logp = _ban(decoder.step(y), banned)  # (B' * K, V)
-        V = logp.size(-1)
-        candidates = (beam_logp.unsqueeze(-1) + logp.view(len(alive), K, V)).view(len(alive), K * V)
-        top_logp, top = candidates.topk(min(2 * K, K * V), dim=-1)  # (B', 2K), best first
-        top_beam, top_token = top // V, top % V
-        ends = top_token == end_symbol
-        # the best K candidates that do not end: sort by (ends, rank), which is stable for the rest
-        rank = torch.arange(top.size(1), device=device)
-        keep = (ends.long() * top.size(1) + rank).argsort(dim=-1)[:, :K]  # (B', K)
-        still_alive, rows = [], []
-        next_beams, next_logp, next_y = [], [], []
-        top_logp_l, top_beam_l, top_token_l, keep_l = top_logp.tolist(), top_beam.tolist(), top_token.tolist(), keep.tolist()
-        for j, i in enumerate(alive):
-            for r in range(K):  # finished hypotheses among the top K
-                if top_token_l[j][r] == end_symbol and top_logp_l[j][r] > -math.inf:
-                    _finish(finished[i], beams[j][top_beam_l[j][r]] + [end_symbol], top_logp_l[j][r], alpha)
-            new = [(beams[j][top_beam_l[j][c]] + [top_token_l[j][c]], top_logp_l[j][c], top_beam_l[j][c]) for c in keep_l[j]]
-            if len(finished[i]) >= K:
-                continue
-            if t + 1 >= limits[i]:  # out of length: the running beams are the last hypotheses
-                for tokens, lp, _ in new:
-                    if lp > -math.inf:
-                        _finish(finished[i], tokens, lp, alpha)
-                continue
-            still_alive.append(i)
-            next_beams.append([tokens for tokens, _, _ in new])
-            next_logp.append([lp for _, lp, _ in new])
-            rows.extend(j * K + beam for _, _, beam in new)
-            next_y.extend(tokens[-1] for tokens, _, _ in new)
-        if not still_alive:
-            break
         decoder.select(torch.tensor(rows, dtype=torch.long, device=device))
-        alive, beams = still_alive, next_beams
-        beam_logp = torch.tensor(next_logp, device=device)
-        y = torch.tensor(next_y, dtype=torch.long, device=device)
-    return [sorted(hyps, key=lambda h: -h[1])[:K] for hyps in finished]
-
-# %% ../nbs/03_decoding.ipynb #23945e00
-def _state_dict(path: str | Path) -> dict[str, Tensor]:
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    state = ckpt["model"] if isinstance(ckpt, dict) and "model" in ckpt else ckpt
-    if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
-        raise ValueError(f"{path} holds neither a state dict nor a checkpoint with one under 'model'")
-    return state
-
-
-def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Tensor]:
-    "The element-wise mean of the checkpoints' weights (in float32); non-float tensors from the last one."
-    if not paths:
-        raise ValueError("no checkpoints to average")
-    first = _state_dict(paths[0])
-    total = {k: v.float() if v.is_floating_point() else v for k, v in first.items()}
-    for path in paths[1:]:
-        state = _state_dict(path)
-        if state.keys() != first.keys():
-            diff = sorted(state.keys() ^ first.keys())
-            raise ValueError(f"{path} and {paths[0]} have different parameters (e.g. {diff[0]!r})")
-        for k, v in state.items():
-            if v.shape != first[k].shape:
-                raise ValueError(f"{k!r} is {tuple(v.shape)} in {path} but {tuple(first[k].shape)} in {paths[0]}")
-            total[k] = total[k] + v.float() if v.is_floating_point() else v
-    return {k: (v / len(paths)).to(first[k].dtype) if first[k].is_floating_point() else v for k, v in total.items()}
+        beam_logp = torch.tensor([[logp for _, _, logp in beams] for beams in going_on], device=device)  # (B', K)
+        y = torch.tensor([token for beams in going_on for _, token, _ in beams], dtype=torch.long, device=device)  # (B' * K,)
+    return [search.best() for search in searches]

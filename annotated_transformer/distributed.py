@@ -13,10 +13,13 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 # %% auto #0
-__all__ = ['BF16_PEAK_TFLOPS', 'DistributedSetup', 'setup_distributed', 'cleanup_distributed', 'default_precision',
-           'bf16_peak_tflops', 'model_flops_utilization']
+__all__ = ['PRECISIONS', 'BF16_PEAK_TFLOPS', 'DistributedSetup', 'setup_distributed', 'cleanup_distributed', 'rank_and_world',
+           'wrap_for_training', 'default_precision', 'make_scaler', 'gather_objects', 'bf16_peak_tflops',
+           'model_flops_utilization']
 
 # %% ../nbs/06_distributed.ipynb #a73f1f04
 @dataclass(frozen=True)
@@ -30,11 +33,11 @@ class DistributedSetup:
     backend: str | None  # "nccl" or "gloo"; None when running alone
 
     @property
-    def main(self) -> bool:
+    def is_main(self) -> bool:
         "Is this the process that prints, validates and writes checkpoints?"
         return self.rank == 0
 
-
+# %% ../nbs/06_distributed.ipynb #7a38207a
 def setup_distributed(
     backend: str | None = None,  # "nccl" (GPUs) or "gloo" (CPUs); chosen from the device if None
     device: str | None = None,  # "cuda" or "cpu"; "cuda" when available
@@ -58,16 +61,58 @@ def setup_distributed(
     device = torch.device("cuda", local_rank) if kind == "cuda" else torch.device(kind)
     return DistributedSetup(dist.get_rank(), local_rank, dist.get_world_size(), device, backend)
 
-
+# %% ../nbs/06_distributed.ipynb #d3f94469
 def cleanup_distributed() -> None:
     "Leave the process group, if this process joined one."
     if dist.is_initialized():
         dist.destroy_process_group()
 
+# %% ../nbs/06_distributed.ipynb #2cf3e938
+def rank_and_world() -> tuple[int, int]:
+    "This process's rank and the number of processes: (0, 1) outside a process group."
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+
+# %% ../nbs/06_distributed.ipynb #b70ecc9b
+def wrap_for_training(
+    model: nn.Module,
+    device: torch.device,  # where this process trains: a GPU is named to DDP
+    world: int,  # processes in the group; 1 trains alone, unwrapped
+    compile: bool = False,  # torch.compile the (wrapped) model
+) -> nn.Module:
+    "The model as training calls it: inside DistributedDataParallel when several processes train, compiled if asked."
+    wrapped = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None) if world > 1 else model
+    return torch.compile(wrapped) if compile else wrapped
+
+# %% ../nbs/06_distributed.ipynb #73a10cfc
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # the autocast dtype of each
+
 # %% ../nbs/06_distributed.ipynb #272c4b79
 def default_precision(device: torch.device) -> str:
     "bf16 on GPUs that support it; fp32 elsewhere (on most CPUs bfloat16 is slower, not faster)."
     return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+
+# %% ../nbs/06_distributed.ipynb #92a6b1ae
+def make_scaler(
+    precision: str,  # a key of PRECISIONS
+    device: torch.device,
+    max_tokens: int,  # the most tokens in a batch, whose summed loss is backpropagated
+) -> torch.amp.GradScaler | None:
+    "float16's gradient scaler, starting max_tokens times below PyTorch's default scale; None for the other precisions."
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return torch.amp.GradScaler(device.type, init_scale=2.0**16 / max_tokens) if precision == "fp16" else None
+
+# %% ../nbs/06_distributed.ipynb #882dbcdc
+def gather_objects(
+    obj: object,  # anything picklable
+    world: int,  # processes in the group; 1 gathers without communicating
+) -> list:
+    "`obj` from every process of the data-parallel group, in rank order."
+    if world == 1:
+        return [obj]
+    gathered = [None] * world
+    dist.all_gather_object(gathered, obj)
+    return gathered
 
 # %% ../nbs/06_distributed.ipynb #1cfba2c9
 BF16_PEAK_TFLOPS = {  # dense bfloat16 tensor-core peaks, by a part of the name torch.cuda.get_device_name gives

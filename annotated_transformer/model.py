@@ -50,6 +50,11 @@ class EncoderDecoder(nn.Module):
         "Decoder output (B, T, D) for target ids (B, T) attending to `memory` (B, S, D); `tgt_mask` is (B or 1, T, T)."
         return self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask)
 
+    @property
+    def max_len(self) -> int:
+        "The longest source or target sequence the model takes: the length of its positional-encoding tables."
+        return min(self.src_embed[1].max_len, self.tgt_embed[1].max_len)  # equal in make_model's models
+
 
 class Generator(nn.Module):
     "The final linear layer and softmax of §3.4, returned as log-probabilities."
@@ -141,9 +146,8 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None) -> Tensor:
         "x (B, T, D) attending to itself under `tgt_mask` (B, T, T) and to memory (B, S, D) under `src_mask` (B, 1, S)."
-        m = memory
         x = self.sublayer[0](x, lambda x: self.self_attn(x, x, x, tgt_mask)[0])
-        x = self.sublayer[1](x, lambda x: self.src_attn(x, m, m, src_mask)[0])
+        x = self.sublayer[1](x, lambda x: self.src_attn(x, memory, memory, src_mask)[0])
         return self.sublayer[2](x, self.feed_forward)
 
 
@@ -185,7 +189,7 @@ def attention(
     key: Tensor,  # (..., Lk, d_k)
     value: Tensor,  # (..., Lk, d_v)
     mask: Tensor | None = None,  # bool, broadcasts to (..., Lq, Lk); True = may attend
-    dropout: nn.Dropout | None = None,  # applied to the attention weights
+    dropout: nn.Dropout | None = None,  # on the attention weights: not in the paper (see MultiHeadedAttention)
 ) -> tuple[Tensor, Tensor]:
     "Scaled dot-product attention, eq. (1): the output (..., Lq, d_v) and the weights (..., Lq, Lk)."
     d_k = query.size(-1)
@@ -210,7 +214,7 @@ class MultiHeadedAttention(nn.Module):
             raise ValueError(f"d_model={d_model} is not divisible by the number of heads h={h}")
         self.h, self.d_k = h, d_model // h  # d_v = d_k, as in the paper
         self.w_q, self.w_k, self.w_v, self.w_o = clones(nn.Linear(d_model, d_model), 4)
-        self.dropout = nn.Dropout(dropout)  # on the attention weights
+        self.dropout = nn.Dropout(dropout)  # on the attention weights: a departure, §5.4 drops only sub-layer outputs and embedding sums
 
     def split_heads(self, x: Tensor) -> Tensor:
         "(B, L, D) -> (B, h, L, d_k)."
@@ -246,7 +250,7 @@ class PositionwiseFeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1):
         super().__init__()
         self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)  # on the hidden activations: a departure, the paper does not mention it
 
     def forward(self, x: Tensor) -> Tensor:
         "(B, L, D) -> (B, L, D) through a hidden layer of size d_ff."
@@ -282,10 +286,15 @@ class PositionalEncoding(nn.Module):
         pe[:, 1::2] = torch.cos(pos * inv_freq)[:, : d_model // 2]
         self.register_buffer("pe", pe.unsqueeze(0), persistent=False)  # (1, max_len, D)
 
+    @property
+    def max_len(self) -> int:
+        "The longest sequence the table covers."
+        return self.pe.size(1)
+
     def forward(self, x: Tensor) -> Tensor:
         "Embeddings (B, L, D) plus the encodings of positions 0..L-1."
-        if x.size(1) > self.pe.size(1):
-            raise ValueError(f"sequence of length {x.size(1)} is longer than the positional-encoding table (max_len={self.pe.size(1)})")
+        if x.size(1) > self.max_len:
+            raise ValueError(f"sequence of length {x.size(1)} is longer than the positional-encoding table (max_len={self.max_len})")
         return self.dropout(x + self.pe[:, : x.size(1)])
 
 # %% ../nbs/01_model.ipynb #2c696bdf

@@ -27,14 +27,20 @@ from tqdm import tqdm
 from .model import EncoderDecoder, subsequent_mask
 
 # %% auto #0
-__all__ = ['Batch', 'TokenBatchSampler', 'TrainState', 'unwrap', 'run_epoch', 'optimizer_step', 'rate', 'noam_optimizer',
+__all__ = ['Batch', 'TokenBatchSampler', 'TrainState', 'unwrap', 'optimizer_step', 'run_epoch', 'rate', 'noam_optimizer',
            'smoothed_targets', 'LabelSmoothing', 'greedy_decode', 'copy_task_batches']
 
 # %% ../nbs/02_training.ipynb #5b0f3f24
 class Batch:
     "Source and target ids (B, L) with their masks; the target is split into decoder input `tgt` and labels `tgt_y`."
 
-    def __init__(self, src: Tensor, tgt: Tensor | None = None, pad: int = 2):
+    def __init__(
+        self,
+        src: Tensor,  # (B, S) source ids
+        tgt: Tensor | None = None,  # (B, T + 1) target ids, start symbol first; None for a source-only batch
+        *,
+        pad: int,  # the padding id of the vocabulary
+    ):
         if src.dim() != 2 or src.numel() == 0:
             raise ValueError(f"empty batch: src must be a non-empty (batch, length) tensor of ids, got shape {tuple(src.shape)}")
         self.src = src  # (B, S)
@@ -44,13 +50,13 @@ class Batch:
                 raise ValueError(f"tgt must be (batch={src.size(0)}, length >= 2) to hold a start symbol and a token, got shape {tuple(tgt.shape)}")
             self.tgt = tgt[:, :-1]  # (B, T): decoder input, begins with the start symbol
             self.tgt_y = tgt[:, 1:]  # (B, T): the tokens to predict
-            self.tgt_mask = self.make_std_mask(self.tgt, pad)  # (B, T, T)
+            self.tgt_mask = self.make_tgt_mask(self.tgt, pad)  # (B, T, T)
             self.ntokens = int((self.tgt_y != pad).sum())
             if self.ntokens == 0:
                 raise ValueError(f"every target token in this batch of {src.size(0)} is padding (pad={pad}): there is nothing to learn from it")
 
     @staticmethod
-    def make_std_mask(tgt: Tensor, pad: int) -> Tensor:
+    def make_tgt_mask(tgt: Tensor, pad: int) -> Tensor:
         "Mask (B, T, T) hiding padding and future positions of the decoder input (B, T)."
         return (tgt != pad).unsqueeze(-2) & subsequent_mask(tgt.size(-1)).to(tgt.device)
 
@@ -121,18 +127,27 @@ class TokenBatchSampler(Sampler[list[int]]):
 class TrainState:
     "Running counts of a training run."
 
-    step: int = 0  # batches trained on
-    accum_step: int = 0  # optimizer steps taken
+    batches: int = 0  # batches trained on
+    optimizer_steps: int = 0  # optimizer steps taken
     samples: int = 0  # sentence pairs seen
     tokens: int = 0  # target tokens seen
 
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainState:
+        "The counts saved as `asdict(state)`; also reads the checkpoints of version 0.1, which named two of them differently."
+        renamed = {"step": "batches", "accum_step": "optimizer_steps"}  # version 0.1's names
+        counts = {renamed.get(name, name): value for name, value in d.items()}
+        if len(counts) < len(d):
+            raise ValueError(f"both the old and the new name of a count in {sorted(d)}")
+        return cls(**counts)
 
+# %% ../nbs/02_training.ipynb #5c31873a
 def unwrap(model: nn.Module) -> nn.Module:
     "The model inside the wrappers of `torch.compile` and `DistributedDataParallel` (Part 6)."
     model = getattr(model, "_orig_mod", model)  # what torch.compile wrapped
     return model.module if isinstance(model, DistributedDataParallel) else model
 
-
+# %% ../nbs/02_training.ipynb #0f4b7ce3
 def _with_last(items: Iterable) -> Iterator[tuple[object, bool]]:
     "Each item with a flag that says whether it is the last."
     items = iter(items)
@@ -145,7 +160,7 @@ def _with_last(items: Iterable) -> Iterator[tuple[object, bool]]:
         previous = item
     yield previous, True
 
-
+# %% ../nbs/02_training.ipynb #de49770a
 def _sum_over_processes(values: list[float], world: int, device: torch.device) -> list[float]:
     "The element-wise sum of `values` over all processes of the data-parallel group."
     if world == 1:
@@ -154,7 +169,33 @@ def _sum_over_processes(values: list[float], world: int, device: torch.device) -
     dist.all_reduce(total)  # in place: every process gets the sum
     return total.tolist()
 
+# %% ../nbs/02_training.ipynb #18feb65a
+def optimizer_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+    max_grad_norm: float | None,
+    grad_scale: float = 1.0,  # multiplies the gradients first: 1 / tokens turns summed losses into a mean
+    scaler: torch.amp.GradScaler | None = None,  # the float16 loss scaler, if any
+) -> None:
+    "Scale the gradients, clip them (optionally), update the weights, advance the schedule and clear the gradients."
+    if scaler is not None:
+        scaler.unscale_(optimizer)  # undo the loss scaling first, so that clipping sees the true gradients
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad.mul_(grad_scale)
+    if max_grad_norm is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    if scaler is None:
+        optimizer.step()
+    else:
+        scaler.step(optimizer)  # skipped if a gradient overflowed; the scale is then lowered
+        scaler.update()
+    if scheduler is not None:
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
 
+# %% ../nbs/02_training.ipynb #9148edd4
 def run_epoch(
     batches: Iterable[Batch],
     model: EncoderDecoder,
@@ -193,11 +234,11 @@ def run_epoch(
                     logp = core.generator(out)  # (B, T, V)
                     loss = criterion(logp.flatten(0, 1), batch.tgt_y.flatten())  # summed over the batch's tokens
                 if not torch.isfinite(loss):
-                    raise FloatingPointError(f"the loss is {loss.item()} at step {state.step} (batch {i} of this pass, optimizer step {state.accum_step}): stopping")
+                    raise FloatingPointError(f"the loss is {loss.item()} at batch {state.batches} of the run (batch {i} of this pass, after {state.optimizer_steps} optimizer steps): stopping")
                 if training:
                     (loss if scaler is None else scaler.scale(loss)).backward()  # summed; normalized at the step
             if training:
-                state.step += 1
+                state.batches += 1
                 state.samples += batch.src.size(0)
                 state.tokens += batch.ntokens
                 pending, step_tokens = pending + 1, step_tokens + batch.ntokens
@@ -205,7 +246,7 @@ def run_epoch(
                     [tokens] = _sum_over_processes([step_tokens], world, batch.src.device)  # the step's tokens, all processes
                     # DDP averaged the gradients over the processes; world / tokens turns that into the mean per token
                     optimizer_step(model, optimizer, scheduler, max_grad_norm, grad_scale=world / tokens, scaler=scaler)
-                    state.accum_step += 1
+                    state.optimizer_steps += 1
                     pending, step_tokens = 0, 0
             total_loss += loss.item()
             total_tokens += batch.ntokens
@@ -216,32 +257,6 @@ def run_epoch(
     if total_tokens == 0:
         raise ValueError("no batches: the epoch had nothing to train or evaluate on")
     return total_loss / total_tokens, state
-
-
-def optimizer_step(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
-    max_grad_norm: float | None,
-    grad_scale: float = 1.0,  # multiplies the gradients first: 1 / tokens turns summed losses into a mean
-    scaler: torch.amp.GradScaler | None = None,  # the float16 loss scaler, if any
-) -> None:
-    "Scale the gradients, clip them (optionally), update the weights, advance the schedule and clear the gradients."
-    if scaler is not None:
-        scaler.unscale_(optimizer)  # undo the loss scaling first, so that clipping sees the true gradients
-    for p in model.parameters():
-        if p.grad is not None:
-            p.grad.mul_(grad_scale)
-    if max_grad_norm is not None:
-        nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    if scaler is None:
-        optimizer.step()
-    else:
-        scaler.step(optimizer)  # skipped if a gradient overflowed; the scale is then lowered
-        scaler.update()
-    if scheduler is not None:
-        scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
 
 # %% ../nbs/02_training.ipynb #bbead0a5
 def rate(step: int, model_size: int, factor: float, warmup: int) -> float:
@@ -320,7 +335,7 @@ def greedy_decode(
     end_symbol: int | None = None,  # stop a row once it produces this
     pad: int | None = None,  # the padding id: never the start symbol; fills rows that have ended
 ) -> Tensor:
-    "The most probable next token at each step, for a batch: ids (B, <= max_len) beginning with `start_symbol`."
+    "Greedy decoding, the version to read: ids (B, <= max_len) from `start_symbol`; the library uses `greedy_search` (Part 3)."
     if pad is not None and start_symbol == pad:
         raise ValueError(f"start_symbol={start_symbol} is the padding id: the decoder would see no input")
     if max_len < 1:
@@ -346,10 +361,10 @@ def copy_task_batches(
     batch_size: int,
     n_batches: int,
     seq_len: int = 10,  # start symbol included
-    generator: torch.Generator | None = None,
+    rng: torch.Generator | None = None,  # the random source; None uses torch's global one
 ) -> Iterator[Batch]:
     "Batches of random sequences whose target is the source itself (the copy task)."
     for _ in range(n_batches):
-        data = torch.randint(2, V, (batch_size, seq_len), generator=generator)
+        data = torch.randint(2, V, (batch_size, seq_len), generator=rng)
         data[:, 0] = 1
         yield Batch(data, data.clone(), pad=0)

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from .data import Vocab, load_tokenizers, tokenize_all
 from .model import EncoderDecoder, subsequent_mask
-from .translate import translate
+from .translation import translate
 
 # %% auto #0
 __all__ = ['KINDS', 'attention_weights', 'AttentionMaps', 'check_kind', 'sentence_attention', 'check_index', 'AttentionFigure',
@@ -85,7 +85,7 @@ def check_kind(kind: str) -> None:
     if kind not in KINDS:
         raise ValueError(f"unknown kind of attention {kind!r}; choose one of {', '.join(KINDS)}")
 
-
+# %% ../nbs/07_visualization.ipynb #b0966050
 def sentence_attention(
     model: EncoderDecoder,
     sentence: str,  # a German sentence
@@ -108,11 +108,10 @@ def sentence_attention(
     if translation is None:
         translation = translate(model, [sentence], src_vocab, tgt_vocab, tokenizer, beam_size=beam_size)[0]
     device = next(model.parameters()).device
-    src = torch.tensor([[src_vocab.bos, *src_vocab.encode(words), src_vocab.eos]], device=device)  # (1, S)
-    tgt = torch.tensor([[tgt_vocab.bos, *tgt_vocab.encode(translation)]], device=device)  # (1, T)
-    limit = model.src_embed[1].pe.size(1)
-    if max(src.size(1), tgt.size(1)) > limit:
-        raise ValueError(f"the sentence has {src.size(1) - 2} tokens, too long for this model (at most {limit - 2})")
+    src = torch.tensor([src_vocab.encode_sentence(words)], device=device)  # (1, S)
+    tgt = torch.tensor([tgt_vocab.encode_sentence(translation)[:-1]], device=device)  # (1, T): the decoder's input, no </s>
+    if max(src.size(1), tgt.size(1)) > model.max_len:
+        raise ValueError(f"the sentence has {src.size(1) - 2} tokens, too long for this model (at most {model.max_len - 2})")
     weights = {kind: w.cpu() for kind, w in attention_weights(model, src, tgt, src_vocab.pad).items()}
     return AttentionMaps([src_vocab.itos[i] for i in src[0].tolist()], [tgt_vocab.itos[i] for i in tgt[0].tolist()], weights)
 
@@ -122,7 +121,7 @@ def check_index(name: str, value: int, count: int) -> None:
     if not 0 <= value < count:
         raise ValueError(f"{name} {value} is out of range: the model has {count} {name}s, numbered 0 to {count - 1}")
 
-
+# %% ../nbs/07_visualization.ipynb #a7add70a
 class AttentionFigure(Figure):
     "A matplotlib figure that shows itself in a notebook (as a PNG) without pyplot: it is never open in a window."
 
@@ -131,12 +130,12 @@ class AttentionFigure(Figure):
         self.savefig(buffer, format="png")
         return buffer.getvalue()
 
-
+# %% ../nbs/07_visualization.ipynb #aa5ecd45
 def _cell_size(tokens: int) -> float:
     "Inches for one heatmap of `tokens` rows or columns: room for the labels, within bounds."
     return min(4.0, max(2.5, 0.2 * tokens))
 
-
+# %% ../nbs/07_visualization.ipynb #c2a0a58b
 def _grid(n: int, per_row: int, size: float, rows_extra: float = 0.0) -> tuple[Figure, list]:
     "A figure with n axes, `per_row` to a row, each about `size` inches wide."
     cols = min(n, per_row)
@@ -144,7 +143,7 @@ def _grid(n: int, per_row: int, size: float, rows_extra: float = 0.0) -> tuple[F
     fig = AttentionFigure(figsize=(size * cols, size * rows + rows_extra), layout="constrained")
     return fig, [fig.add_subplot(rows, cols, i + 1) for i in range(n)]
 
-
+# %% ../nbs/07_visualization.ipynb #a21df022
 def _heatmap(ax, weights: Tensor, rows: Sequence[str] | bool, cols: Sequence[str] | bool, title: str) -> None:
     "One (Q, K) attention map: queries on the rows, keys on the columns, a scale from 0 to 1."
     sns.heatmap(weights.float().numpy(), ax=ax, xticklabels=cols, yticklabels=rows, vmin=0.0, vmax=1.0,
@@ -153,7 +152,7 @@ def _heatmap(ax, weights: Tensor, rows: Sequence[str] | bool, cols: Sequence[str
     ax.tick_params(labelsize=7, length=0)
     ax.tick_params(axis="x", labelrotation=90)
 
-
+# %% ../nbs/07_visualization.ipynb #96a0da1f
 def plot_heads(
     weights: Tensor,  # (h, Q, K): one layer's weights
     rows: Sequence[str],  # the Q query tokens
@@ -174,7 +173,7 @@ def plot_heads(
     fig.suptitle(title)
     return fig
 
-
+# %% ../nbs/07_visualization.ipynb #47822c78
 def plot_layers(weights: Tensor, title: str = "") -> Figure:
     "Every layer (a row) and head (a column) of one kind of attention, small and unlabeled: an overview."
     N, h = weights.shape[:2]
@@ -184,7 +183,7 @@ def plot_layers(weights: Tensor, title: str = "") -> Figure:
     fig.suptitle(title)
     return fig
 
-
+# %% ../nbs/07_visualization.ipynb #8ab846f5
 def plot_attention(maps: AttentionMaps, kind: str, layer: int | None = None, heads: Sequence[int] | None = None) -> Figure:
     "One kind of attention of a sentence: one layer's heads with their tokens, or (layer=None) all layers and heads."
     check_kind(kind)
@@ -195,7 +194,7 @@ def plot_attention(maps: AttentionMaps, kind: str, layer: int | None = None, hea
     rows, cols = maps.axes(kind)
     return plot_heads(weights[layer], rows, cols, f"{KINDS[kind]}, layer {layer}", heads)
 
-
+# %% ../nbs/07_visualization.ipynb #6db89604
 def plot_sentence(maps: AttentionMaps, layer: int) -> Figure:
     "The three kinds of attention of one layer, a row each, with every head: what `translate --attention` saves."
     N, h = maps.weights["encoder"].shape[:2]

@@ -28,10 +28,11 @@ import time
 import torch
 from torch import nn
 
+from annotated_transformer.checkpoint import load_checkpoint, model_from_checkpoint
 from annotated_transformer.data import Vocab, load_multi30k, load_tokenizers, tokenize_all
 from annotated_transformer.decoding import beam_search, greedy_search
+from annotated_transformer.trainer import TrainConfig
 from annotated_transformer.training import greedy_decode
-from annotated_transformer.translate import TrainConfig, load_checkpoint, model_from_checkpoint
 
 
 def load_model(args: argparse.Namespace):
@@ -76,7 +77,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     model, src_vocab, tgt_vocab = load_model(args)
     sentences = [de for de, _ in load_multi30k(args.split, args.data_dir)][: args.limit]
-    ids = [torch.tensor([src_vocab.bos, *src_vocab.encode(t), src_vocab.eos]) for t in tokenize_all(sentences, load_tokenizers()[0])]
+    ids = [torch.tensor(src_vocab.encode_sentence(t)) for t in tokenize_all(sentences, load_tokenizers()[0])]
     bos, eos, pad = tgt_vocab.bos, tgt_vocab.eos, tgt_vocab.pad
     n = len(ids)
     print(f"{n} sentences of {args.split}; {'checkpoint ' + args.checkpoint if args.checkpoint else 'random weights'}; "
@@ -94,7 +95,7 @@ def main() -> None:
         return [t for src, mask, limits in batches(ids, args.batch, pad) for t, _ in greedy_search(model, src, mask, limits, bos, eos)]
 
     def beam_batched():
-        return [h[0][0] for src, mask, limits in batches(ids, args.batch, pad) for h in beam_search(model, src, mask, limits, bos, eos, 4, 0.6)]
+        return [hyps[0].tokens for src, mask, limits in batches(ids, args.batch, pad) for hyps in beam_search(model, src, mask, limits, bos, eos, 4, 0.6)]
 
     with torch.no_grad():
         greedy_batched()  # warm-up

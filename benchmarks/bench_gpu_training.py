@@ -29,7 +29,7 @@ from dataclasses import replace
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from annotated_transformer.distributed import bf16_peak_tflops, model_flops_utilization
+from annotated_transformer.distributed import PRECISIONS, bf16_peak_tflops, model_flops_utilization, wrap_for_training
 from annotated_transformer.model import ModelConfig, count_parameters
 from annotated_transformer.training import Batch, LabelSmoothing, TokenBatchSampler, noam_optimizer, run_epoch
 from common import PAD, compare
@@ -86,23 +86,24 @@ def main() -> None:
     print(f"{args.preset} model, {n_params / 1e6:.1f}M parameters, on {name} (peak {peak:g} bf16 TFLOP/s); "
           f"{args.steps} steps of {tokens_per_round / args.steps:,.0f} target tokens a round")
 
-    def setting(autocast_dtype: torch.dtype | None, compile: bool, fused_adam: bool | None = None):
+    def setting(precision: str, compile: bool, fused_adam: bool | None = None):
         model = copy.deepcopy(base)
         optimizer, scheduler = noam_optimizer(model, model.src_embed[0].d_model, 1.0, 4000, fused=fused_adam)
-        trained = torch.compile(model) if compile else model
+        trained = wrap_for_training(model, device, world=1, compile=compile)  # as train wraps it, alone
         criterion = LabelSmoothing(args.vocab, PAD, 0.1)
 
         def run() -> int:
-            run_epoch(steps, trained, criterion, optimizer, scheduler, max_grad_norm=1.0, progress=False, autocast_dtype=autocast_dtype)
+            run_epoch(steps, trained, criterion, optimizer, scheduler, max_grad_norm=1.0, progress=False,
+                      autocast_dtype=PRECISIONS[precision])
             return tokens_per_round  # run_epoch reads every loss with .item(): the GPU has finished when it returns
 
         return run
 
     if args.profile:
-        profile_round(setting(torch.bfloat16, False), device)
+        profile_round(setting("bf16", False), device)
         return
-    rates = compare({"fp32": setting(None, False), "bf16, Adam tensor by tensor": setting(torch.bfloat16, False, fused_adam=False),
-                     "bf16": setting(torch.bfloat16, False), "bf16 + torch.compile": setting(torch.bfloat16, True)},
+    rates = compare({"fp32": setting("fp32", False), "bf16, Adam tensor by tensor": setting("bf16", False, fused_adam=False),
+                     "bf16": setting("bf16", False), "bf16 + torch.compile": setting("bf16", True)},
                     args.rounds, "target tokens/s")
     for label, rate in rates.items():
         print(f"{label:>32}: MFU {model_flops_utilization(n_params, rate, peak):6.1%}")

@@ -1,32 +1,35 @@
-"""Synthetic German-English sentence pairs for the tests, and Multi30k-named .gz files of them."""
+"""Synthetic German-English sentence pairs for the tests, and Multi30k-named .gz files of them.
+
+`synthetic_pairs` (a fixed set of 192, which the notebooks use too) and `write_split` come from
+`annotated_transformer._chapters`; `sampled_pairs` draws any number of pairs of more varied length.
+"""
 
 from __future__ import annotations
 
-import gzip
-import itertools
 import random
-from pathlib import Path
 
-from annotated_transformer.data import split_files
+from annotated_transformer._chapters import synthetic_pairs, write_split
 
-SUBJECTS = [("Ein Mann", "A man"), ("Eine Frau", "A woman"), ("Ein Kind", "A child"), ("Ein Hund", "A dog")]
-VERBS = [("sieht", "sees"), ("hat", "has"), ("mag", "likes")]
-OBJECTS = [("einen Ball", "a ball"), ("ein Auto", "a car"), ("einen Baum", "a tree"), ("ein Haus", "a house")]
-PLACES = [("", ""), (" im Park", " in the park"), (" am Strand", " on the beach"), (" im Schnee", " in the snow")]
+__all__ = ["sampled_pairs", "synthetic_pairs", "write_split"]
+
+SUBJECTS = [
+    ("Ein Mann", "A man"), ("Eine Frau", "A woman"), ("Ein Kind", "A child"), ("Ein Hund", "A dog"),
+    ("Zwei Männer", "Two men"), ("Drei Mädchen", "Three girls"), ("Ein alter Mann", "An old man"),
+]
+VERBS = [("fährt", "rides"), ("sieht", "sees"), ("trägt", "carries"), ("sucht", "looks for"), ("malt", "paints")]
+OBJECTS = [
+    ("ein Fahrrad", "a bike"), ("einen Ball", "a ball"), ("ein rotes Auto", "a red car"),
+    ("eine große Tasche", "a big bag"), ("einen kleinen Hut", "a small hat"),
+]
+PLACES = [
+    ("", ""), (" im Park", " in the park"), (" am Strand", " on the beach"),
+    (" auf der Straße vor dem alten Haus", " on the street in front of the old house"),
+]
 
 
-def synthetic_pairs() -> list[tuple[str, str]]:
-    "192 distinct, consistent German-English sentence pairs."
-    pairs = [
-        (f"{s_de} {v_de} {o_de}{p_de}.", f"{s_en} {v_en} {o_en}{p_en}.")
-        for (s_de, s_en), (v_de, v_en), (o_de, o_en), (p_de, p_en) in itertools.product(SUBJECTS, VERBS, OBJECTS, PLACES)
-    ]
-    random.Random(0).shuffle(pairs)
-    return pairs
-
-
-def write_split(folder: Path, split: str, pairs: list[tuple[str, str]]) -> None:
-    de_name, en_name = split_files(split)
-    for name, side in ((de_name, 0), (en_name, 1)):
-        with gzip.open(folder / name, "wt", encoding="utf-8") as f:
-            f.write("".join(p[side] + "\n" for p in pairs))
+def sampled_pairs(n: int, seed: int = 0) -> list[tuple[str, str]]:
+    "n distinct (German, English) sentence pairs of 5 to 16 words, drawn from 700 and deterministic in `seed`."
+    combos = [(s, v, o, p) for s in SUBJECTS for v in VERBS for o in OBJECTS for p in PLACES]
+    if not 0 <= n <= len(combos):
+        raise ValueError(f"n={n}: there are {len(combos)} distinct pairs to draw from")
+    return [(f"{s[0]} {v[0]} {o[0]}{p[0]}.", f"{s[1]} {v[1]} {o[1]}{p[1]}.") for s, v, o, p in random.Random(seed).sample(combos, n)]

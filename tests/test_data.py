@@ -11,8 +11,8 @@ What is checked:
 6. `encode_pairs`, `collate` and `make_loader`: every pair exactly once per epoch, the token budget, padding and masks,
    epochs and data-parallel shards.
 
-Everything is made here: a few hundred synthetic German/English pairs, gzipped into a pytest tmp_path and served from
-127.0.0.1. No internet, no ../shared folder and no real cache are needed or touched (urlopen refuses other hosts).
+Everything is made here: a few hundred synthetic German/English pairs (tests/synthetic.py), gzipped into a pytest
+tmp_path and served from 127.0.0.1. No internet, no ../shared folder and no real cache are needed or touched (urlopen refuses other hosts).
 """
 
 from __future__ import annotations
@@ -52,64 +52,25 @@ from annotated_transformer.data import (
     tokenize_all,
 )
 from annotated_transformer.training import Batch
+from synthetic import sampled_pairs, write_split
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Synthetic data
 # ---------------------------------------------------------------------------------------------------------------------
 
-SUBJECTS = [
-    ("Ein Mann", "A man"), ("Eine Frau", "A woman"), ("Ein Kind", "A child"), ("Ein Hund", "A dog"),
-    ("Zwei Männer", "Two men"), ("Drei Mädchen", "Three girls"), ("Ein alter Mann", "An old man"),
-]
-VERBS = [
-    ("fährt", "rides"), ("sieht", "sees"), ("trägt", "carries"), ("sucht", "looks for"), ("malt", "paints"),
-]
-OBJECTS = [
-    ("ein Fahrrad", "a bike"), ("einen Ball", "a ball"), ("ein rotes Auto", "a red car"),
-    ("eine große Tasche", "a big bag"), ("einen kleinen Hut", "a small hat"),
-]
-PLACES = [
-    ("", ""), (" im Park", " in the park"), (" am Strand", " on the beach"),
-    (" auf der Straße vor dem alten Haus", " on the street in front of the old house"),
-]
-
-
-def synthetic_pairs(n: int, seed: int = 0) -> list[tuple[str, str]]:
-    "n distinct (German, English) sentence pairs of varying length, deterministic in `seed`."
-    combos = [(s, v, o, p) for s in SUBJECTS for v in VERBS for o in OBJECTS for p in PLACES]
-    assert n <= len(combos)
-    chosen = random.Random(seed).sample(combos, n)
-    return [
-        (f"{s[0]} {v[0]} {o[0]}{p[0]}.", f"{s[1]} {v[1]} {o[1]}{p[1]}.")
-        for s, v, o, p in chosen
-    ]
-
-
 SPLIT_SIZES = {"train": 300, "val": 40, "test2016": 30}
 
 
 def split_pairs(split: str) -> list[tuple[str, str]]:
-    seed = list(SPLIT_SIZES).index(split)
-    return synthetic_pairs(SPLIT_SIZES[split], seed=seed)
-
-
-def gz(text: str | bytes) -> bytes:
-    "Deterministic gzip bytes (mtime 0)."
-    return gzip.compress(text.encode("utf-8") if isinstance(text, str) else text, mtime=0)
+    "The synthetic pairs of a split: each split its own sample."
+    return sampled_pairs(SPLIT_SIZES[split], seed=list(SPLIT_SIZES).index(split))
 
 
 def write_gz(path: Path, content: str | bytes) -> Path:
+    "Overwrite `path` with gzipped `content` (text as UTF-8, bytes as they are)."
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(gz(content))
+    path.write_bytes(gzip.compress(content.encode("utf-8") if isinstance(content, str) else content, mtime=0))
     return path
-
-
-def write_split(folder: Path, split: str, pairs: list[tuple[str, str]]) -> tuple[Path, Path]:
-    de_name, en_name = split_files(split)
-    return (
-        write_gz(folder / de_name, "".join(de + "\n" for de, _ in pairs)),
-        write_gz(folder / en_name, "".join(en + "\n" for _, en in pairs)),
-    )
 
 
 def sha256(path: Path) -> str:
@@ -120,6 +81,7 @@ def sha256(path: Path) -> str:
 def dataset_dir(tmp_path) -> Path:
     "A folder with all six synthetic Multi30k files."
     folder = tmp_path / "multi30k_files"
+    folder.mkdir()
     for split in SPLIT_SIZES:
         write_split(folder, split, split_pairs(split))
     return folder
@@ -291,6 +253,7 @@ def test_download_wrong_hash_leaves_nothing(dataset_dir, serve, tmp_path):
 def test_corrupt_download_raises_and_caches_nothing(dataset_dir, hashes, serve, multi30k_cache, tmp_path):
     # Serve files that differ from the ones whose hashes the table holds.
     bad_dir = tmp_path / "tampered"
+    bad_dir.mkdir()
     for split in SPLIT_SIZES:
         pairs = split_pairs(split)
         write_split(bad_dir, split, [(de.replace("Mann", "Frau"), en) for de, en in pairs])
@@ -365,6 +328,7 @@ def test_data_dir_reads_local_folder(dataset_dir, multi30k_cache):
 def test_data_dir_does_not_check_hashes(tmp_path):
     "Local files are the user's own: any line-aligned files are read."
     folder = tmp_path / "own"
+    folder.mkdir()
     write_split(folder, "val", [("Hallo Welt.", "Hello world.")])
     assert load_multi30k("val", data_dir=folder) == [("Hallo Welt.", "Hello world.")]
 
@@ -379,6 +343,7 @@ def test_env_var_reads_local_folder(dataset_dir, monkeypatch, multi30k_cache):
 
 def test_data_dir_argument_wins_over_env_var(dataset_dir, monkeypatch, tmp_path):
     other = tmp_path / "other"
+    other.mkdir()
     write_split(other, "val", [("Ein Satz.", "A sentence.")])
     monkeypatch.setenv(DATA_DIR_ENV, str(dataset_dir))
     assert load_multi30k("val", data_dir=other) == [("Ein Satz.", "A sentence.")]
@@ -387,6 +352,7 @@ def test_data_dir_argument_wins_over_env_var(dataset_dir, monkeypatch, tmp_path)
 @pytest.mark.parametrize("via_env", [False, True])
 def test_missing_file_in_data_dir(tmp_path, monkeypatch, via_env):
     folder = tmp_path / "partial"
+    folder.mkdir()
     write_split(folder, "val", split_pairs("val"))
     (folder / "val.en.gz").unlink()
     if via_env:
@@ -418,6 +384,7 @@ def test_unknown_split(split, dataset_dir):
 
 def test_line_count_mismatch(tmp_path):
     folder = tmp_path / "misaligned"
+    folder.mkdir()
     de, en = write_split(folder, "val", [(f"Satz {i}.", f"Sentence {i}.") for i in range(11)])
     write_gz(en, "".join(f"Sentence {i}.\n" for i in range(7)))
     with pytest.raises(ValueError) as info:
@@ -442,6 +409,7 @@ def test_whitespace_only_line(tmp_path):
 
 def test_empty_line_through_load(tmp_path):
     folder = tmp_path / "gap"
+    folder.mkdir()
     de, en = write_split(folder, "val", [("Eins.", "One."), ("Zwei.", "Two.")])
     write_gz(en, "One.\n\n")  # two lines, the second empty
     with pytest.raises(ValueError, match=re.escape(f"{en}:2")):
@@ -457,6 +425,7 @@ def test_invalid_utf8(tmp_path):
 
 def test_invalid_utf8_through_load(tmp_path):
     folder = tmp_path / "latin1"
+    folder.mkdir()
     de, _ = write_split(folder, "val", [("a", "a"), ("b", "b")])
     write_gz(de, "Ein Mann.\nGroße Straße.\n".encode("latin-1"))
     with pytest.raises(ValueError, match=re.escape(f"{de}:2")) as info:
@@ -466,6 +435,7 @@ def test_invalid_utf8_through_load(tmp_path):
 
 def test_windows_line_endings_are_stripped(tmp_path):
     folder = tmp_path / "crlf"
+    folder.mkdir()
     de, en = write_split(folder, "val", [])
     write_gz(de, "Ein Mann fährt.\r\nZwei Frauen.\r\nDrei Kinder.")  # no final line ending
     write_gz(en, "A man rides.\r\nTwo women.\r\nThree children.\r\n")

@@ -1,26 +1,30 @@
-"""Tests for annotated_transformer.decoding: the key/value cache, greedy and beam search, checkpoint averaging.
+"""Tests for annotated_transformer.decoding: the key/value cache, greedy and beam search.
 
 1. The cached decoder computes what `model.decode` computes, post-norm and pre-norm.
 2. Greedy search: cached = uncached, batch = one at a time, = Part 2's greedy_decode, per-sentence limits.
 3. Beam search: beam 1 = greedy, cached = uncached, batch = alone, exhaustive search on a tiny model,
-   the length penalty, early stopping, hypotheses sorted.
-4. Checkpoint averaging: copies give the checkpoint, two give the mean, dtypes and non-float buffers.
+   the length penalty, hypotheses sorted.
+4. Models that are not Transformers (`begin_decoding`): both searches drive their decoder; beam search
+   stops as soon as beam_size hypotheses have finished, counted in decoder steps.
 5. Bad input.
+
+Checkpoint averaging, which used to live in decoding, is tested in tests/test_checkpoint.py.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from pathlib import Path
 
 import pytest
 import torch
+from torch import Tensor
 
 from annotated_transformer.decoding import (
     CachedDecoder,
+    Decoder,
+    Hypothesis,
     PrefixDecoder,
-    average_checkpoints,
     beam_search,
     greedy_search,
     length_penalty,
@@ -81,13 +85,8 @@ def test_select_reorders_every_cached_row() -> None:
         torch.testing.assert_close(whole.step(ys[rows, 3]), part.step(ys[rows, 3]), atol=1e-5, rtol=1e-5)
 
 
-def test_cached_decoder_refuses_training_mode_and_positions_past_the_table() -> None:
-    model = random_model()
+def test_cached_decoder_refuses_positions_past_the_table() -> None:
     src, src_mask = random_batch()
-    memory = model.encode(src, src_mask)
-    with pytest.raises(ValueError, match="model.eval"):
-        CachedDecoder(model.train(), memory, src_mask)
-    model.eval()
     short = ModelConfig(N=1, d_model=16, d_ff=32, h=2, max_len=3).build(13, 13).eval()
     decoder = CachedDecoder(short, short.encode(src[:, :3], src_mask[..., :3]), src_mask[..., :3])
     y = torch.full((src.size(0),), START)
@@ -298,68 +297,83 @@ def test_greedy_can_miss_what_beam_search_finds() -> None:
     assert beam_tokens != greedy_tokens and beam_logp > greedy_logp
 
 
-def test_beam_stops_once_beam_size_hypotheses_are_finished() -> None:
-    "A model that always ends at once: every sentence finishes at the first step, with beam_size hypotheses."
-    model = random_model(end_bias=50.0)
-    src, src_mask = random_batch()
-    found = beam_search(model, src, src_mask, 20, START, END, beam_size=1)
-    assert all(hyps[0][0] == [END] for hyps in found)
-
-
 def test_length_penalty() -> None:
-    assert length_penalty(1, 0.6) == 1.0
-    assert length_penalty(10, 0.0) == 1.0
-    assert length_penalty(7, 1.0) == pytest.approx(2.0)
+    "Part 3 checks alpha = 0, alpha = 1 and one token; here a fractional alpha and lengths in a tensor."
     assert length_penalty(19, 0.5) == pytest.approx(2.0)
+    torch.testing.assert_close(length_penalty(torch.tensor([1.0, 7.0, 19.0]), 1.0), torch.tensor([1.0, 2.0, 4.0]))
 
 
-# =========================================================================== 4. averaging
-def save_states(tmp_path: Path, n: int, seed: int = 0) -> list[Path]:
-    paths = []
-    for i in range(n):
-        torch.manual_seed(seed + i)
-        state = ModelConfig(N=1, d_model=16, d_ff=32, h=2).build(7, 7).state_dict()
-        paths.append(tmp_path / f"c{i}.pt")
-        torch.save({"model": state, "epoch": i + 1, "config": {"N": 1}}, paths[-1])
-    return paths
+# =========================================================================== 4. other models
+class ScriptedDecoder:
+    "Whatever it is fed, prefers `script[t]` at step t, more confidently at each step; the end symbol is unlikely elsewhere."
+
+    def __init__(self, script: list[int], rows: int, vocab: int):
+        self.script, self.rows, self.vocab = script, rows, vocab
+        self.fed: list[list[int]] = []  # the tokens of every step, row by row: len(fed) is the number of steps
+
+    def step(self, y: Tensor) -> Tensor:
+        assert y.shape == (self.rows,)
+        t = len(self.fed)
+        self.fed.append(y.tolist())
+        logits = -0.5 * torch.arange(self.vocab, dtype=torch.float)  # distinct: no ties
+        logits[END] = -20.0
+        if t < len(self.script):
+            logits[self.script[t]] = 2.0 + t
+        return logits.log_softmax(-1).expand(self.rows, -1).clone()  # (B, V)
+
+    def select(self, rows: Tensor) -> None:
+        self.rows = len(rows)
 
 
-def test_averaging_copies_of_one_checkpoint_gives_it_back(tmp_path: Path) -> None:
-    [path] = save_states(tmp_path, 1)
-    state = torch.load(path, weights_only=True)["model"]
-    averaged = average_checkpoints([path, path, path])
-    assert averaged.keys() == state.keys()
-    for k, v in state.items():
-        torch.testing.assert_close(averaged[k], v, atol=1e-6, rtol=0)
+class ScriptedModel:
+    "Not a Transformer: a model that starts decoding itself (as Part 8's recurrent models do), keeping its decoders."
+
+    def __init__(self, script: list[int], vocab: int = 8):
+        self.script, self.vocab, self.decoders = script, vocab, []
+
+    def begin_decoding(self, src: Tensor, src_mask: Tensor) -> ScriptedDecoder:
+        self.decoders.append(ScriptedDecoder(self.script, src.size(0), self.vocab))
+        return self.decoders[-1]
+
+    def logp(self, tokens: list[int]) -> float:
+        "The log-probability its decoder gives `tokens` (fed in any way)."
+        decoder = ScriptedDecoder(self.script, 1, self.vocab)
+        return sum(decoder.step(torch.tensor([START]))[0, token].item() for token in tokens)
 
 
-def test_averaging_two_gives_their_mean_and_keeps_dtypes(tmp_path: Path) -> None:
-    paths = save_states(tmp_path, 2)
-    a, b = (torch.load(p, weights_only=True)["model"] for p in paths)
-    averaged = average_checkpoints(paths)
-    for k in a:
-        torch.testing.assert_close(averaged[k], (a[k] + b[k]) / 2)
-    # a plain state dict works too; half precision is averaged in float32 and cast back; integers come from the last
-    half = [{"w": torch.tensor([1.0, 2.0], dtype=torch.float16), "n": torch.tensor(i)} for i in (3, 7)]
-    for i, state in enumerate(half):
-        torch.save(state, tmp_path / f"h{i}.pt")
-    mixed = average_checkpoints([tmp_path / "h0.pt", tmp_path / "h1.pt"])
-    assert mixed["w"].dtype == torch.float16 and mixed["n"].item() == 7
+def test_greedy_search_drives_a_model_that_begins_decoding_itself() -> None:
+    model = ScriptedModel([5, 6, END])
+    src, src_mask = random_batch(B=3)
+    found = greedy_search(model, src, src_mask, [10, 3, 2], START, END)
+    assert all(isinstance(h, Hypothesis) for h in found)
+    assert [h.tokens for h in found] == [[5, 6, END], [5, 6], [5]]  # the script, cut at each sentence's limit
+    for h in found:
+        assert h.score == pytest.approx(model.logp(h.tokens), abs=1e-6)
+    [decoder] = model.decoders
+    assert isinstance(decoder, Decoder)
+    # fed the start symbol, then each step's choice; a sentence's row leaves once it is done
+    assert decoder.fed == [[START] * 3, [5, 5], [6]]
 
 
-def test_averaging_refuses_mismatched_checkpoints(tmp_path: Path) -> None:
-    [path] = save_states(tmp_path, 1)
-    torch.save(ModelConfig(N=1, d_model=16, d_ff=32, h=2).build(9, 7).state_dict(), tmp_path / "other.pt")
-    with pytest.raises(ValueError, match=r"'src_embed.0.lut.weight' is \(9, 16\)"):
-        average_checkpoints([path, tmp_path / "other.pt"])
-    torch.save(ModelConfig(N=2, d_model=16, d_ff=32, h=2).build(7, 7).state_dict(), tmp_path / "deeper.pt")
-    with pytest.raises(ValueError, match="different parameters"):
-        average_checkpoints([path, tmp_path / "deeper.pt"])
-    torch.save([1, 2, 3], tmp_path / "list.pt")
-    with pytest.raises(ValueError, match="neither a state dict"):
-        average_checkpoints([tmp_path / "list.pt"])
-    with pytest.raises(ValueError, match="no checkpoints"):
-        average_checkpoints([])
+def test_beam_search_drives_a_model_that_begins_decoding_itself() -> None:
+    model = ScriptedModel([5, 6, END])
+    src, src_mask = random_batch(B=2)
+    found = beam_search(model, src, src_mask, [20, 3], START, END, beam_size=2, alpha=0.6)
+    assert found[0][0] == ([5, 6, END], pytest.approx(model.logp([5, 6, END]) / length_penalty(3, 0.6), abs=1e-6))
+    assert found[1][0].tokens == [5, 6]  # cut at its limit
+    assert all(isinstance(h, Hypothesis) for hyps in found for h in hyps)
+    [decoder] = model.decoders
+    assert decoder.fed[0] == [START] * 4  # two sentences with two beams each
+
+
+def test_beam_stops_once_beam_size_hypotheses_are_finished() -> None:
+    "At step 3 both beams of both sentences end: the search must stop there, not run on to max_len."
+    model = ScriptedModel([5, 6, END])
+    src, src_mask = random_batch(B=2)
+    found = beam_search(model, src, src_mask, 20, START, END, beam_size=2)
+    assert [[h.tokens[-1] for h in hyps] for hyps in found] == [[END, END], [END, END]]  # beam_size finished each
+    [decoder] = model.decoders
+    assert len(decoder.fed) == 3, f"{len(decoder.fed)} decoder steps: the search went on after beam_size hypotheses finished"
 
 
 # =========================================================================== 5. bad input

@@ -4,8 +4,9 @@ What is checked:
 1. Equivalence with PyTorch's own Transformer blocks (identical weights, dropout 0, float32, 1e-5),
    for post-norm and pre-norm.
 2. The fast attention path (SDPA) against the readable `attention()` path, fully masked rows included.
-3. Shapes of every block; 4. positional-encoding values; 5. causality and padding invariance;
+3. Shapes of every block; 4. the model's maximum length; 5. causality and padding invariance;
 6. parameter counts and weight tying; 7. clear errors on bad input; 8. `subsequent_mask`.
+The values of eq. (4) and the embedding scale are checked where Part 1 shows them (nbs/01_model.ipynb).
 
 Everything runs on a CPU in a few seconds and needs no data or network.
 """
@@ -342,22 +343,34 @@ def test_block_shapes():
     assert model.generator(model(src, tgt, src_mask, tgt_mask)).shape == (B, T, V + 2)
 
 
-def test_embeddings_are_scaled_by_sqrt_d_model():
-    emb = Embeddings(D_MODEL, 11)
-    ids = torch.tensor([[0, 5, 10]])
-    torch.testing.assert_close(emb(ids), emb.lut.weight[ids] * D_MODEL**0.5)
+# --------------------------------------------------------------------------- 4. maximum length
 
 
-# --------------------------------------------------------------------------- 4. positional encoding values
+@pytest.mark.parametrize("max_len", [3, 5000])
+def test_max_len_is_the_positional_table_length(max_len):
+    model = replace(ModelConfig.preset("tiny"), max_len=max_len).build(11, 11).eval()
+    assert model.max_len == max_len
+    assert model.src_embed[1].max_len == model.tgt_embed[1].max_len == max_len
 
 
-def test_positional_encoding_values():
-    pe = PositionalEncoding(512, dropout=0.0)
-    out = pe(torch.zeros(1, 2, 512))
-    expected = torch.tensor([0.841471, 0.540302, 0.821856, 0.569695, 0.801962, 0.597375])
-    torch.testing.assert_close(out[0, 1, :6], expected, atol=1e-6, rtol=0)
-    # Position 0: sin(0) = 0 at even indices, cos(0) = 1 at odd ones.
-    assert (out[0, 0, 0::2] == 0).all() and (out[0, 0, 1::2] == 1).all()
+def test_max_len_bounds_both_source_and_target():
+    model = make_model(11, 11, N=1, d_model=D_MODEL, d_ff=D_FF, h=N_HEADS, max_len=6).eval()
+    L = model.max_len
+    src, src_mask = torch.ones(1, L, dtype=torch.long), torch.ones(1, 1, L, dtype=torch.bool)
+    memory = model.encode(src, src_mask)  # exactly max_len fits
+    assert model.decode(memory, src_mask, src, subsequent_mask(L)).shape == (1, L, D_MODEL)
+    longer = torch.ones(1, L + 1, dtype=torch.long)
+    with pytest.raises(ValueError, match=f"length {L + 1} is longer .*max_len={L}"):
+        model.encode(longer, torch.ones(1, 1, L + 1, dtype=torch.bool))
+    with pytest.raises(ValueError, match=f"length {L + 1} is longer .*max_len={L}"):
+        model.decode(memory, src_mask, longer, subsequent_mask(L + 1))
+
+
+def test_max_len_of_unequal_tables_is_the_shorter():
+    "A hand-built model whose tables differ can take no more than the shorter one on either side."
+    model = make_model(11, 11, N=1, d_model=D_MODEL, d_ff=D_FF, h=N_HEADS, max_len=9)
+    model.tgt_embed[1] = PositionalEncoding(D_MODEL, 0.0, max_len=4)
+    assert model.max_len == 4
 
 
 # --------------------------------------------------------------------------- 5. causality and padding invariance

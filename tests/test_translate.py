@@ -1,4 +1,4 @@
-"""Tests for annotated_transformer.translate and the `annotated-transformer` console command.
+"""Tests for annotated_transformer.translation and .trainer, and the `annotated-transformer` console command.
 
 They train on the synthetic German-English pairs that conftest.py's `data_dir` fixture writes as
 Multi30k-named .gz files to a temporary folder: no network and no ../shared needed.
@@ -16,16 +16,9 @@ import torch
 from annotated_transformer.cli import main
 from annotated_transformer.data import load_multi30k, load_tokenizers, tokenize_all
 from annotated_transformer.model import ModelConfig
-from annotated_transformer.translate import (
-    TrainConfig,
-    bleu,
-    detokenize,
-    load_checkpoint,
-    model_from_checkpoint,
-    save_checkpoint,
-    train,
-    translate,
-)
+from annotated_transformer.checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint
+from annotated_transformer.trainer import TrainConfig, train
+from annotated_transformer.translation import bleu, detokenize, translate
 
 TRAIN_ARGS = ["--model", "tiny", "--max-tokens", "400", "--warmup", "20", "--quiet"]
 
@@ -42,7 +35,7 @@ def test_cli_train_resume_evaluate_translate(data_dir: Path, tmp_path: Path, cap
     assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", "3", "--resume", "--quiet"]) == 0
     resumed = load_checkpoint(out / "last.pt")
     assert resumed["epoch"] == 3 and [h["epoch"] for h in resumed["history"]] == [1, 2, 3]
-    assert resumed["train_state"]["accum_step"] > first["train_state"]["accum_step"]
+    assert resumed["train_state"]["optimizer_steps"] > first["train_state"]["optimizer_steps"]
     assert resumed["src_vocab"] == first["src_vocab"]  # the vocabulary is the checkpoint's, not rebuilt
     capsys.readouterr()
     assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", "4", "--resume", "--model", "base"]) == 2
@@ -198,3 +191,34 @@ def test_only_the_last_epoch_checkpoints_are_kept(data_dir: Path, tmp_path: Path
     assert "optimizer" not in weights and weights["epoch"] == 3
     model, _, _ = model_from_checkpoint(weights)  # enough to translate and to average
     torch.testing.assert_close(model.state_dict(), load_checkpoint(tmp_path / "last.pt")["model"])
+
+
+def test_old_import_path_warns_and_reexports() -> None:
+    import importlib
+
+    import annotated_transformer.translation as translation
+
+    sys.modules.pop("annotated_transformer.translate", None)
+    with pytest.warns(DeprecationWarning, match="annotated_transformer.translate is deprecated"):
+        old = importlib.import_module("annotated_transformer.translate")
+    assert old.translate is translation.translate and old.TrainConfig is TrainConfig
+
+
+def test_no_module_imports_upward() -> None:
+    "Each module imports only from the modules below it in the layering (the map in the package docstring)."
+    import ast
+
+    import annotated_transformer
+
+    order = ["model", "training", "decoding", "data", "checkpoint", "translation", "distributed", "trainer", "visualization",
+             "_chapters", "cli"]
+    package = Path(annotated_transformer.__file__).parent
+    for rank, name in enumerate(order):
+        tree = ast.parse((package / f"{name}.py").read_text())
+        imported = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:  # `from .data import` or `from annotated_transformer.data import`
+                parts = node.module.split(".") if node.level == 1 else node.module.split(".")[1:]
+                imported.update(parts[:1] if node.level == 1 or node.module.startswith("annotated_transformer.") else [])
+        above = imported & set(order[rank:])
+        assert not above, f"{name} imports {sorted(above)}, which are not below it"

@@ -1,13 +1,12 @@
 """Tests for annotated_transformer.visualization and `annotated-transformer translate --attention`.
 
-What is checked:
-1. The weights are the model's: the first encoder layer's self-attention recomputed by hand from its projections, the
-   shapes, row sums and causality of every kind, and no hook left behind.
-2. The heatmaps show those weights: every cell of every head equals the weight, with the query tokens on the rows and
-   the key tokens on the columns, in token order, for each kind of attention.
-3. Bad input: a layer, head or kind out of range, an empty or too long sentence, a sentence in the wrong language,
-   labels that do not fit the weights; through the CLI, one-line errors.
-4. `translate --attention` writes a PNG per sentence.
+What is checked (beyond nbs/07_visualization.ipynb, whose checks cover the shapes, row sums and causality of the
+weights, the removed hooks, each plotting helper, and the errors for bad indices, kinds, labels and sentences):
+1. The weights are the model's: the first encoder layer's self-attention recomputed by hand from its projections.
+2. A sentence's maps: the tokens of both sides, and a translation given instead of the model's.
+3. The heatmaps show those weights: every cell of every head of every layer equals the weight, with the query tokens
+   on the rows and the key tokens on the columns, in token order, for each kind of attention.
+4. `translate --attention` writes a PNG per sentence; bad input gets one-line errors.
 """
 
 from __future__ import annotations
@@ -19,21 +18,16 @@ import pytest
 import torch
 from synthetic import synthetic_pairs
 
+from annotated_transformer.checkpoint import load_checkpoint, model_from_checkpoint
 from annotated_transformer.cli import main
 from annotated_transformer.model import ModelConfig
-from annotated_transformer.translate import (
-    TrainConfig,
-    load_checkpoint,
-    model_from_checkpoint,
-    train,
-)
+from annotated_transformer.trainer import TrainConfig, train
+from annotated_transformer.translation import translate
 from annotated_transformer.visualization import (
     KINDS,
     AttentionMaps,
     attention_weights,
     plot_attention,
-    plot_heads,
-    plot_sentence,
     sentence_attention,
 )
 
@@ -42,7 +36,7 @@ SENTENCE = "Ein Hund sieht einen Ball im Park."
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    "A small model trained for two epochs on the synthetic pairs (conftest.py): 2 layers, 4 heads."
+    "A small model trained for two epochs on the synthetic pairs (tests/synthetic.py): 2 layers, 4 heads."
     pairs = synthetic_pairs()
     out = tmp_path_factory.mktemp("run")
     config = TrainConfig(model=ModelConfig(N=2, d_model=32, d_ff=64, h=4, dropout=0.0), epochs=2, max_tokens=400, warmup=10)
@@ -78,20 +72,11 @@ def test_the_first_encoder_layer_matches_a_computation_by_hand(norm_first: bool)
     torch.testing.assert_close(weights["encoder"][0], expected, atol=1e-6, rtol=1e-5)
 
 
-def test_shapes_rows_causality_and_no_hooks_left(trained, maps: AttentionMaps) -> None:
-    model, _, _ = trained
-    S, T = len(maps.src_tokens), len(maps.tgt_tokens)
-    assert maps.src_tokens[0] == "<s>" and maps.src_tokens[-1] == "</s>" and maps.tgt_tokens[0] == "<s>"
-    shapes = {kind: tuple(w.shape) for kind, w in maps.weights.items()}
-    assert shapes == {"encoder": (2, 4, S, S), "decoder_self": (2, 4, T, T), "decoder_src": (2, 4, T, S)}
-    for w in maps.weights.values():
-        torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:-1]))
-    assert maps.weights["decoder_self"].triu(1).abs().max() == 0
-    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
-
-
-def test_the_translation_is_the_models_and_a_given_one_is_used(trained, maps: AttentionMaps) -> None:
+# =========================================================================== 2. a sentence's maps
+def test_the_tokens_and_a_given_translation(trained, maps: AttentionMaps) -> None:
     model, src_vocab, tgt_vocab = trained
+    assert maps.src_tokens == ["<s>", "Ein", "Hund", "sieht", "einen", "Ball", "im", "Park", ".", "</s>"]
+    assert maps.tgt_tokens == ["<s>", *translate(model, [SENTENCE], src_vocab, tgt_vocab)[0]]  # the decoder's input
     given = ["A", "dog", "."]
     other = sentence_attention(model, SENTENCE, src_vocab, tgt_vocab, translation=given)
     assert other.tgt_tokens == ["<s>", *given]
@@ -99,7 +84,7 @@ def test_the_translation_is_the_models_and_a_given_one_is_used(trained, maps: At
     torch.testing.assert_close(other.weights["encoder"], maps.weights["encoder"])  # the source side does not change
 
 
-# =========================================================================== 2. the heatmaps
+# =========================================================================== 3. the heatmaps
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_heatmap_cells_are_the_weights_with_tokens_in_order(kind: str, maps: AttentionMaps) -> None:
     rows, cols = maps.axes(kind)
@@ -112,42 +97,6 @@ def test_heatmap_cells_are_the_weights_with_tokens_in_order(kind: str, maps: Att
             assert [t.get_text() for t in ax.get_yticklabels()] == rows  # queries down the side
             assert [t.get_text() for t in ax.get_xticklabels()] == cols  # keys along the bottom
             assert ax.get_title() == f"head {head}"
-
-
-def test_a_chosen_head_and_the_overview(maps: AttentionMaps) -> None:
-    fig = plot_attention(maps, "decoder_src", layer=1, heads=[3])
-    [ax] = fig.axes
-    torch.testing.assert_close(torch.tensor(ax.collections[0].get_array()).reshape(maps.weights["decoder_src"].shape[2:]),
-                               maps.weights["decoder_src"][1, 3])
-    overview = plot_attention(maps, "encoder")
-    assert [ax.get_title() for ax in overview.axes] == [f"layer {i}, head {j}" for i in range(2) for j in range(4)]
-    sentence = plot_sentence(maps, layer=0)
-    assert len(sentence.axes) == 3 * 4
-    assert sentence._repr_png_()[:8] == b"\x89PNG\r\n\x1a\n"  # shows itself in a notebook
-
-
-# =========================================================================== 3. bad input
-def test_bad_indices_kinds_and_labels(maps: AttentionMaps) -> None:
-    with pytest.raises(ValueError, match="layer 2 is out of range: the model has 2 layers, numbered 0 to 1"):
-        plot_attention(maps, "encoder", layer=2)
-    with pytest.raises(ValueError, match="layer -1 is out of range"):
-        plot_sentence(maps, layer=-1)
-    with pytest.raises(ValueError, match="head 4 is out of range: the model has 4 heads"):
-        plot_attention(maps, "encoder", layer=0, heads=[0, 4])
-    with pytest.raises(ValueError, match="unknown kind of attention 'self'"):
-        plot_attention(maps, "self", layer=0)
-    with pytest.raises(ValueError, match="2 row labels and 3 column labels for weights of 3 queries and 3 keys"):
-        plot_heads(torch.rand(2, 3, 3), ["a", "b"], ["a", "b", "c"])
-
-
-def test_bad_sentences(trained) -> None:
-    model, src_vocab, tgt_vocab = trained
-    with pytest.raises(ValueError, match="the sentence is empty"):
-        sentence_attention(model, " ", src_vocab, tgt_vocab)
-    with pytest.raises(ValueError, match="too long for this model"):
-        sentence_attention(model, "Hund " * 5000, src_vocab, tgt_vocab)
-    with pytest.raises(ValueError, match="is the sentence in the language the model translates from"):
-        sentence_attention(model, "The dog sees a ball in the park.", src_vocab, tgt_vocab)
 
 
 # =========================================================================== 4. the console command

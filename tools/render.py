@@ -44,9 +44,19 @@ def title(nb: nbformat.NotebookNode, fallback: str) -> str:
     return fallback
 
 
-def drop_hidden(nb: nbformat.NotebookNode) -> None:
-    "Remove the cells marked `#| hide` (setup and export plumbing), as nbdev's docs do."
-    nb.cells = [c for c in nb.cells if not (c.cell_type == "code" and re.match(r"\s*#\|\s*hide\b", c.source))]
+DIRECTIVE = re.compile(r"^\s*#\|.*(?:\n|$)", re.MULTILINE)  # an nbdev directive line, e.g. `#| export`
+
+
+def strip_directives(nb: nbformat.NotebookNode) -> None:
+    "Remove the cells marked `#| hide` (setup and export plumbing), as nbdev's docs do, and the directive lines of the rest."
+    kept = []
+    for cell in nb.cells:
+        if re.match(r"\s*#\|\s*hide\b", cell.source):
+            continue
+        cell.source = DIRECTIVE.sub("", cell.source).strip("\n")
+        if cell.source or cell.get("outputs"):  # a cell that held only `#| default_exp` goes
+            kept.append(cell)
+    nb.cells = kept
 
 
 def nav_bar(pages: list[tuple[str, str]], current: int) -> str:
@@ -96,7 +106,7 @@ def main() -> int:
         except CellExecutionError as error:
             print(f"FAILED: {path.name} raised an error; no page written for it.\n{error}", file=sys.stderr)
             return 1
-        drop_hidden(nb)
+        strip_directives(nb)
         body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": pages[i][1]}})
         body = re.sub(r'href="([^":]+)\.ipynb', r'href="\1.html', body)  # chapter links point at pages
         body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav_bar(pages, i), body, count=1)
