@@ -35,10 +35,11 @@ def chapter_run(root: Path = ROOT) -> tuple[Path, bool]:
         return Path(os.environ[FULL_RUN_ENV]), True
     run_dir = Path(root) / "runs" / "multi30k-cpu"
     run_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(run_dir / ".lock"):  # another notebook training it: wait, then find it finished
+    # another notebook training it: wait, then find it finished (train's own lock, .lock, refuses instead of waiting)
+    with FileLock(run_dir / ".chapter.lock"):
         last = run_dir / "last.pt"
         if not (last.is_file() and load_checkpoint(last)["epoch"] >= CPU_CONFIG.epochs):
-            train(run_dir, CPU_CONFIG, resume=last.is_file(), progress=False)
+            train(run_dir, CPU_CONFIG, resume=last.is_file(), overwrite=not last.is_file(), progress=False)
     return run_dir, False
 
 

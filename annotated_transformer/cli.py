@@ -9,15 +9,24 @@
     echo "Zwei Hunde spielen im Schnee." | annotated-transformer translate --checkpoint runs/multi30k/last.pt
 
 Hand-written (not exported from a notebook): it only parses arguments and calls the library.
+Exit status: 0 done; 2 a usage error (a bad flag value, a wrong combination: found before anything is
+loaded where possible); 1 a failure the library reports (a missing or corrupt file, a checkpoint or data
+that cannot be used). Either way one line on standard error, `annotated-transformer COMMAND: error: ...`.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
+import warnings
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import NoReturn
+
+import torch
 
 from annotated_transformer.checkpoint import average_last, load_checkpoint, model_from_checkpoint
 from annotated_transformer.data import load_multi30k
@@ -28,6 +37,8 @@ from annotated_transformer.translation import bleu, detokenize, translate
 
 
 def _train(args: argparse.Namespace) -> None:
+    if args.resume and args.overwrite:
+        raise UsageError("--resume continues the run in --out and --overwrite replaces it: give one of them")
     # Flags that were given override the defaults, or on --resume the checkpoint's configuration.
     overrides = {name: getattr(args, name) for name in ("epochs", "max_tokens", "accum_iter", "warmup", "seed") if getattr(args, name) is not None}
     base = TrainConfig.from_dict(load_checkpoint(args.out / "last.pt")["config"]) if args.resume else TrainConfig()
@@ -37,15 +48,20 @@ def _train(args: argparse.Namespace) -> None:
     overrides["model"] = model if args.dropout is None else replace(model, dropout=args.dropout)
     setup = setup_distributed(args.backend, args.device)  # one process, or one of those torchrun started (Part 6)
     try:
-        train(args.out, replace(base, **overrides), data_dir=args.data_dir, resume=args.resume, device=setup.device,
+        train(args.out, replace(base, **overrides), data_dir=args.data_dir, resume=args.resume, overwrite=args.overwrite,
+              device=setup.device,
               progress=not args.quiet, precision=args.precision or default_precision(setup.device), compile=args.compile)
     finally:
         cleanup_distributed()
 
 
+class UsageError(Exception):
+    "A bad flag value or combination found after parsing (e.g. a --layer the checkpoint's model does not have): exit status 2."
+
+
 def _load(args: argparse.Namespace):
     ckpt = average_last(args.checkpoint, args.average_last) if args.average_last else load_checkpoint(args.checkpoint)
-    model, src_vocab, tgt_vocab = model_from_checkpoint(ckpt)
+    model, src_vocab, tgt_vocab = model_from_checkpoint(ckpt, args.checkpoint)
     return (model.to(args.device) if args.device else model), src_vocab, tgt_vocab
 
 
@@ -63,52 +79,131 @@ def _evaluate(args: argparse.Namespace) -> None:
     print(f"{args.split} ({len(pairs)} sentences, {_decoding(args)}): {bleu(hypotheses, [en for _, en in pairs])}")
 
 
-def _translate(args: argparse.Namespace) -> None:
-    model, src_vocab, tgt_vocab = _load(args)
-    sentences = args.sentences or [line.rstrip("\n") for line in sys.stdin if line.strip()]
-    if not sentences:
-        raise ValueError("no sentences: give them as arguments or on standard input, one a line")
+def _stdin_sentences() -> list[str]:
+    "The non-blank lines of standard input, decoded as UTF-8 one at a time so that an error names its line."
+    binary = getattr(sys.stdin, "buffer", None)  # None where sys.stdin was replaced by a text stream (an embedding program, a test)
+    sentences = []
+    for number, line in enumerate(sys.stdin if binary is None else binary, start=1):
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(f"standard input, line {number}: byte {error.object[error.start]:#04x} at position "
+                                 f"{error.start + 1} is not UTF-8 text") from None
+        if line.strip():
+            sentences.append(line.rstrip("\r\n"))
+    return sentences
+
+
+def _translate_inputs(args: argparse.Namespace) -> list[str]:
+    "The sentences to translate, after every check of the arguments that needs no model (so before it loads)."
     if args.attention and args.attention.suffix.lower() != ".png":
-        raise ValueError(f"--attention needs a .png file name, got {args.attention}")
-    translations = translate(model, sentences, src_vocab, tgt_vocab, beam_size=args.beam, alpha=args.alpha, allow_unk=args.allow_unk)
+        raise UsageError(f"--attention needs a .png file name, got {args.attention}")
+    if args.layer is not None and not args.attention:
+        raise UsageError("--layer chooses the layer that --attention draws: give --attention too")
+    empty = [i for i, sentence in enumerate(args.sentences, start=1) if not sentence.strip()]
+    if empty:
+        raise UsageError(f"sentence {empty[0]} of the arguments is empty: there is nothing to translate")
+    sentences = args.sentences or _stdin_sentences()
+    if not sentences:
+        raise UsageError("no sentences: give them as arguments or on standard input, one a line")
     if args.attention:
+        try:
+            args.attention.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # FileExistsError: it is a file; NotADirectoryError, PermissionError, ...
+            reason = "it is not a folder" if isinstance(error, FileExistsError) else error.strerror
+            raise OSError(f"cannot use {args.attention.parent} as the folder for --attention: {reason}") from None
+    return sentences
+
+
+def _translate(args: argparse.Namespace) -> None:
+    sentences = _translate_inputs(args)
+    model, src_vocab, tgt_vocab = _load(args)
+    layers = len(model.encoder.layers)
+    if args.layer is not None and not 0 <= args.layer < layers:  # before translating: nothing is printed
+        raise UsageError(f"--layer {args.layer} is out of range: the model has {layers} layers, numbered 0 to {layers - 1}")
+    layer = layers - 1 if args.layer is None else args.layer
+    translations = translate(model, sentences, src_vocab, tgt_vocab, beam_size=args.beam, alpha=args.alpha, allow_unk=args.allow_unk)
+    maps = []
+    if args.attention:  # every sentence's maps before any output: a sentence they refuse stops the command with nothing printed
         from annotated_transformer.visualization import plot_sentence, sentence_attention  # seaborn loads slowly: only when asked
-    for i, (sentence, tokens) in enumerate(zip(sentences, translations), start=1):
+
+        maps = [sentence_attention(model, s, src_vocab, tgt_vocab, translation=tokens) for s, tokens in zip(sentences, translations)]
+    for i, tokens in enumerate(translations, start=1):
         print(detokenize(tokens))
         if args.attention:
-            maps = sentence_attention(model, sentence, src_vocab, tgt_vocab, translation=tokens)
-            layer = len(model.encoder.layers) - 1 if args.layer is None else args.layer
             path = args.attention if len(sentences) == 1 else args.attention.with_stem(f"{args.attention.stem}-{i}")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            plot_sentence(maps, layer).savefig(path, dpi=100)
+            plot_sentence(maps[i - 1], layer).savefig(path, dpi=100)
             print(f"attention of layer {layer} saved to {path}", file=sys.stderr)
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _checked(convert: Callable[[str], float], accept: Callable[[float], bool], expected: str) -> Callable[[str], float]:
+    "An argparse type: `convert` the text, refusing what it cannot read and what `accept` rejects, both with `expected` in the message."
+
+    def check(text: str) -> float:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not accept(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text}")
+        return value
+
+    return check
+
+
+_positive = _checked(int, lambda n: n >= 1, "a whole number at least 1")
+_seed = _checked(int, lambda n: 0 <= n < 2**32, "a whole number from 0 to 2**32 - 1")
+_alpha = _checked(float, lambda x: math.isfinite(x) and x >= 0, "a finite number at least 0")
+_dropout = _checked(float, lambda x: 0 <= x < 1, "a probability at least 0 and below 1")  # NaN fails both comparisons
+
+
+def _device(text: str) -> str:
+    "An argparse type: a device PyTorch knows and this machine has (cpu, cuda, cuda:N or mps)."
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device: use cpu, cuda, cuda:N or mps") from None
+    if device.type == "cpu":
+        return text
+    count = {"cuda": torch.cuda.device_count() if torch.cuda.is_available() else 0, "mps": int(torch.backends.mps.is_available())}
+    if device.type not in count:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device this command runs on: use cpu, cuda, cuda:N or mps")
+    n = count[device.type]
+    if n == 0:
+        raise argparse.ArgumentTypeError(f"{text} is not available: this machine has no {device.type} device that PyTorch can use")
+    if device.index is not None and device.index >= n:
+        raise argparse.ArgumentTypeError(f"{text} is not available: this machine has {n} {device.type} device(s), "
+                                         f"{device.type}:0 to {device.type}:{n - 1}")
+    return text
+
+
+class _Parser(argparse.ArgumentParser):
+    "An argument parser whose usage errors are the one line `PROG: error: MESSAGE`, exit status 2."
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def parser() -> argparse.ArgumentParser:
     "The argument parser of `annotated-transformer`."
-    p = argparse.ArgumentParser(prog="annotated-transformer", description="Train, evaluate and use a Transformer on Multi30k German->English.")
+    p = _Parser(prog="annotated-transformer", description="Train, evaluate and use a Transformer on Multi30k German->English.")
     sub = p.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data-dir", type=Path, help="folder with the Multi30k .gz files (default: $MULTI30K_DIR, else download)")
-    common.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    common.add_argument("--device", type=_device, help="cpu, cuda, cuda:N or mps (default: train on cuda when available; decode on cpu)")
 
     t = sub.add_parser("train", parents=[common], help="train on Multi30k, a checkpoint per epoch")
     t.add_argument("--out", type=Path, required=True, help="folder for checkpoints (last.pt, epochK.pt)")
     t.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    t.add_argument("--overwrite", action="store_true", help="replace the run already in OUT (its checkpoints are deleted first)")
     t.add_argument("--model", choices=["multi30k", "tiny", "base", "big"], help="model sizes (default multi30k: N=3, d_model=256, pre-norm)")
-    t.add_argument("--epochs", type=int, help=f"total epochs (default {TrainConfig().epochs})")
-    t.add_argument("--max-tokens", type=int, help=f"tokens per batch (default {TrainConfig().max_tokens})")
-    t.add_argument("--accum-iter", type=int, help="batches per optimizer step (default 1)")
-    t.add_argument("--warmup", type=int, help=f"warmup steps (default {TrainConfig().warmup})")
-    t.add_argument("--dropout", type=float, help="dropout rate of the model (default: the model's, 0.1)")
-    t.add_argument("--seed", type=int, help="random seed (default 0)")
+    t.add_argument("--epochs", type=_positive, help=f"total epochs (default {TrainConfig().epochs})")
+    t.add_argument("--max-tokens", type=_positive, help=f"tokens per batch (default {TrainConfig().max_tokens})")
+    t.add_argument("--accum-iter", type=_positive, help="batches per optimizer step (default 1)")
+    t.add_argument("--warmup", type=_positive, help=f"warmup steps (default {TrainConfig().warmup})")
+    t.add_argument("--dropout", type=_dropout, help="dropout rate of the model (default: the model's, 0.1)")
+    t.add_argument("--seed", type=_seed, help="random seed (default 0)")
     t.add_argument("--precision", choices=list(PRECISIONS), help="mixed precision (default: bf16 on GPUs that support it, else fp32)")
     t.add_argument("--compile", action="store_true", help="torch.compile the model")
     t.add_argument("--backend", choices=["nccl", "gloo"], help="under torchrun: the collective backend (default: nccl on GPUs, gloo on CPUs)")
@@ -118,7 +213,7 @@ def parser() -> argparse.ArgumentParser:
     decoding = argparse.ArgumentParser(add_help=False)
     decoding.add_argument("--checkpoint", type=Path, required=True, help="a checkpoint written by train (e.g. OUT/last.pt)")
     decoding.add_argument("--beam", type=_positive, default=1, help="beam size (default 1: greedy; the paper uses 4)")
-    decoding.add_argument("--alpha", type=float, default=0.6, help="beam search length penalty (default 0.6, as in the paper)")
+    decoding.add_argument("--alpha", type=_alpha, default=0.6, help="beam search length penalty (default 0.6, as in the paper)")
     decoding.add_argument("--average-last", type=_positive, metavar="K", help="average the weights of the checkpoint's last K epochs")
     decoding.add_argument("--allow-unk", action="store_true", help="let translations contain <unk> (default: the next best word replaces it)")
 
@@ -135,15 +230,27 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _one_line_warning(command: str) -> Callable:
+    "A `warnings.showwarning` that prints `annotated-transformer COMMAND: warning: ...`, without Python's source line."
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        print(f"annotated-transformer {command}: warning: {' '.join(str(message).splitlines())}", file=sys.stderr)
+
+    return show
+
+
 def main(argv: list[str] | None = None) -> int:
-    "Entry point: run the command; report expected errors in one line, without a traceback."
-    args = parser().parse_args(argv)
+    "Entry point: run the command; report usage errors (status 2) and failures (status 1) in one line, without a traceback."
+    args = parser().parse_args(argv)  # a bad flag exits here, with status 2
     try:
-        args.run(args)
-    except (ValueError, FileNotFoundError, ConnectionError) as error:
+        with warnings.catch_warnings():  # restores the default display afterwards
+            warnings.showwarning = _one_line_warning(args.command)
+            args.run(args)
+    except (UsageError, ValueError, OSError) as error:  # OSError: FileNotFoundError, PermissionError, ConnectionError, ...
         rank = f" (rank {os.environ['RANK']})" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""  # under torchrun
-        print(f"annotated-transformer {args.command}{rank}: error: {error}", file=sys.stderr)
-        return 2
+        message = " ".join(str(error).splitlines())  # one line, whatever the library's message holds
+        print(f"annotated-transformer {args.command}{rank}: error: {message}", file=sys.stderr)
+        return 2 if isinstance(error, UsageError) else 1
     return 0
 
 

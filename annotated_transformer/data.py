@@ -10,9 +10,12 @@ from __future__ import annotations
 import gzip
 import hashlib
 import http.client
+import json
 import os
 import tempfile
 import urllib.request
+import warnings
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -28,9 +31,9 @@ from tqdm import tqdm
 from .training import Batch, TokenBatchSampler
 
 # %% auto #0
-__all__ = ['MULTI30K_URL', 'SPLITS', 'SHA256', 'DATA_DIR_ENV', 'SPECIALS', 'split_files', 'cache_dir', 'download',
-           'multi30k_paths', 'read_lines', 'load_multi30k', 'load_tokenizers', 'tokenize_all', 'Vocab', 'EncodedPairs',
-           'encode_pairs', 'collate', 'make_loader']
+__all__ = ['MULTI30K_URL', 'SPLITS', 'SHA256', 'DATA_DIR_ENV', 'STAMP_FILE', 'SPECIALS', 'split_files', 'cache_dir', 'download',
+           'file_sha256', 'cached_download', 'multi30k_paths', 'read_lines', 'load_multi30k', 'load_tokenizers',
+           'tokenize_all', 'Vocab', 'EncodedPairs', 'encode_pairs', 'collate', 'make_loader']
 
 # %% ../nbs/04_data.ipynb #d6f3bf26
 MULTI30K_URL = "https://github.com/multi30k/dataset/raw/a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw/"
@@ -80,45 +83,107 @@ def download(url: str, dest: Path, sha256: str, timeout: float = 60.0) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
 
+# %% ../nbs/04_data.ipynb #5e2a9c13
+STAMP_FILE = "verified.json"  # in cache_dir(): {absolute path: [size, mtime in ns, SHA-256]} of the files hashed
 
+
+def _stamps() -> dict:
+    "The remembered hashes; none where the stamp file is missing, unreadable or damaged."
+    try:
+        stamps = json.loads((cache_dir() / STAMP_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return stamps if isinstance(stamps, dict) else {}
+
+
+def _remember(path: Path, stat: os.stat_result, sha256: str) -> None:
+    "Remember `path`'s SHA-256 for as long as its size and mtime are those of `stat` (taken before hashing)."
+    stamps = {key: entry for key, entry in _stamps().items() if os.path.exists(key)}  # forget files gone
+    stamps[str(path.resolve())] = [stat.st_size, stat.st_mtime_ns, sha256]
+    try:
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache_dir(), prefix=f".{STAMP_FILE}.", suffix=".part")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(stamps, f)
+            os.replace(tmp, cache_dir() / STAMP_FILE)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+    except OSError:  # a cache folder that cannot be written: the file was checked all the same
+        pass
+
+# %% ../nbs/04_data.ipynb #d27f4e96
+def _sha256(path: Path) -> str:
+    "The SHA-256 of a file's bytes."
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    "The SHA-256 of `path`, hashed only if its size or modification time changed since it was last hashed."
+    stat = path.stat()  # before hashing: a change made while it is read shows next time
+    match _stamps().get(str(path.resolve())):
+        case [size, mtime_ns, str(sha256)] if (size, mtime_ns) == (stat.st_size, stat.st_mtime_ns):
+            return sha256
+    sha256 = _sha256(path)
+    _remember(path, stat, sha256)
+    return sha256
+
+# %% ../nbs/04_data.ipynb #0f6d3b85
+def cached_download(name: str, base_url: str = MULTI30K_URL) -> Path:
+    "The cache's copy of Multi30k file `name`, downloaded if missing; a copy that differs from the published file is an error."
+    dest = cache_dir() / name
+    if dest.is_file():
+        if (sha256 := file_sha256(dest)) != SHA256[name]:
+            raise ValueError(f"{dest} is corrupt: its SHA-256 is {sha256}, expected {SHA256[name]}; delete it and it will be downloaded again")
+        return dest
+    try:
+        download(base_url + name, dest, SHA256[name])
+    except (OSError, http.client.HTTPException) as error:  # refused, timed out, HTTP error, cut off
+        raise ConnectionError(
+            f"could not download {base_url + name} ({error}). Without internet access, pass --data-dir (data_dir= in Python) "
+            f"or set the environment variable {DATA_DIR_ENV} to a folder holding the Multi30k files {', '.join(sorted(SHA256))}"
+        ) from error
+    _remember(dest, dest.stat(), SHA256[name])  # hashed while it streamed in
+    return dest
+
+# %% ../nbs/04_data.ipynb #9a4c27d1
 def multi30k_paths(split: str, data_dir: str | Path | None = None, base_url: str = MULTI30K_URL) -> tuple[Path, Path]:
-    "The (German, English) files of `split`: from `data_dir` (or $MULTI30K_DIR) if given, else downloaded to the cache."
+    "The (German, English) files of `split`: from `data_dir` (or $MULTI30K_DIR) if given, else from the cache."
     names = split_files(split)
     data_dir = data_dir or os.environ.get(DATA_DIR_ENV)
-    if data_dir:
-        paths = tuple(Path(data_dir) / name for name in names)
-        missing = [str(p) for p in paths if not p.is_file()]
-        if missing:
-            raise FileNotFoundError(f"Multi30k file(s) missing: {', '.join(missing)}; the folder must hold {', '.join(sorted(SHA256))}")
-        return paths
-    paths = []
-    for name in names:
-        dest = cache_dir() / name
-        if not dest.is_file():
-            try:
-                download(base_url + name, dest, SHA256[name])
-            except (OSError, http.client.HTTPException) as error:  # refused, timed out, HTTP error, cut off
-                raise ConnectionError(
-                    f"could not download {base_url + name} ({error}). Without internet access, pass data_dir= "
-                    f"(or set the environment variable {DATA_DIR_ENV}) to a folder holding the Multi30k files "
-                    f"{', '.join(sorted(SHA256))}"
-                ) from error
-        paths.append(dest)
-    return tuple(paths)
+    if not data_dir:
+        return tuple(cached_download(name, base_url) for name in names)
+    paths = tuple(Path(data_dir) / name for name in names)
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"Multi30k file(s) missing: {', '.join(missing)}; the folder must hold {', '.join(sorted(SHA256))}")
+    for path in paths:
+        if (sha256 := file_sha256(path)) != SHA256[path.name]:
+            warnings.warn(f"Multi30k file differs from the published one: {path} has SHA-256 {sha256}, "
+                          f"the published {path.name} {SHA256[path.name]}; it is used as it is")
+    return paths
 
 # %% ../nbs/04_data.ipynb #5c542d2e
 def read_lines(path: Path) -> list[str]:
-    "The lines of a gzipped UTF-8 text file, without line endings; invalid or empty lines are errors."
+    "The lines of a gzipped UTF-8 text file, without line endings; a damaged file, invalid or empty lines are errors."
     lines = []
-    with gzip.open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as error:
-                raise ValueError(f"{path}:{number}: invalid UTF-8 ({error.reason} at byte {error.start})") from None
-            if not line.strip():
-                raise ValueError(f"{path}:{number}: empty line; every line must hold a sentence")
-            lines.append(line)
+    try:
+        with gzip.open(path, "rb") as f:
+            for number, raw in enumerate(f, start=1):
+                try:
+                    line = raw.decode("utf-8").rstrip("\r\n")
+                except UnicodeDecodeError as error:
+                    raise ValueError(f"{path}:{number}: invalid UTF-8 ({error.reason} at byte {error.start})") from None
+                if not line.strip():
+                    raise ValueError(f"{path}:{number}: empty line; every line must hold a sentence")
+                lines.append(line)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:  # not gzip, cut off, a failed checksum or damaged data
+        where = f"after line {len(lines)}" if lines else "before the first line"
+        raise ValueError(f"{path}: not a valid gzip file: {error} (found {where})") from None
     return lines
 
 

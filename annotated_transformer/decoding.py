@@ -190,9 +190,17 @@ def greedy_search(
     return results
 
 # %% ../nbs/03_decoding.ipynb #d43b6327
-def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
-    "GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha; scores are divided by it. alpha = 0 gives 1."
-    return ((5 + length) / 6) ** alpha
+def length_penalty(
+    length: int | Tensor,  # |Y|, the generated tokens (end symbol included); a tensor of them gives a tensor
+    alpha: float,  # finite and at least 0; 0 gives 1
+) -> float | Tensor:
+    "GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha; scores are divided by it."
+    if not (math.isfinite(alpha) and alpha >= 0):
+        raise ValueError(f"alpha must be a finite number at least 0, got {alpha}")
+    try:
+        return ((5 + length) / 6) ** alpha
+    except OverflowError:  # a Python float; a tensor overflows to inf instead
+        raise ValueError(f"alpha={alpha} is too large: the length penalty of {length} tokens overflows a float") from None
 
 # %% ../nbs/03_decoding.ipynb #4b0aa65b
 _Candidate = tuple[int, int, float]  # a beam extended by one token: (which of the K beams, the token, the new log-probability)
@@ -256,12 +264,13 @@ def beam_search(
     start_symbol: int,
     end_symbol: int,
     beam_size: int = 4,  # K; the paper uses 4
-    alpha: float = 0.6,  # length penalty; 0 ranks by log-probability
+    alpha: float = 0.6,  # length penalty, finite and at least 0; 0 ranks by log-probability
     cached: bool = True,  # for a Transformer; False: recompute the whole prefix at every step
     banned: Sequence[int] = (),  # token ids never to generate (e.g. <unk>)
 ) -> list[list[Hypothesis]]:
     "The best hypotheses for each sentence, `(tokens, log-probability / lp)`, best first (at most `beam_size`)."
     limits = _check_decode_args(src, src_mask, max_len, beam_size)
+    length_penalty(max(limits) - 1, alpha)  # refuses a bad alpha before decoding: lp must exist for the longest output
     K, device = beam_size, src.device
     searches = [_SentenceSearch(K, limit, end_symbol, alpha) for limit in limits]
     for search in searches:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
 
@@ -19,7 +20,7 @@ from torch import Tensor, nn
 # %% auto #0
 __all__ = ['PRESETS', 'EncoderDecoder', 'Generator', 'clones', 'SublayerConnection', 'EncoderLayer', 'Encoder', 'DecoderLayer',
            'Decoder', 'subsequent_mask', 'check_mask', 'attention', 'MultiHeadedAttention', 'PositionwiseFeedForward',
-           'Embeddings', 'PositionalEncoding', 'make_model', 'ModelConfig', 'count_parameters']
+           'Embeddings', 'PositionalEncoding', 'check_hyperparameters', 'make_model', 'ModelConfig', 'count_parameters']
 
 # %% ../nbs/01_model.ipynb #b9d2953d
 class EncoderDecoder(nn.Module):
@@ -297,6 +298,29 @@ class PositionalEncoding(nn.Module):
             raise ValueError(f"sequence of length {x.size(1)} is longer than the positional-encoding table (max_len={self.max_len})")
         return self.dropout(x + self.pe[:, : x.size(1)])
 
+# %% ../nbs/01_model.ipynb #5c8994f8
+def check_hyperparameters(
+    N: int,  # layers in each stack
+    d_model: int,
+    d_ff: int,
+    h: int,  # attention heads
+    dropout: float,
+    max_len: int,  # longest sequence the positional encoding covers
+    **vocab_sizes: int,  # src_vocab and tgt_vocab, where known
+) -> None:
+    "Raise a one-line error naming the first hyperparameter that does not describe a Transformer."
+    for name, value in {**vocab_sizes, "N": N, "d_model": d_model, "d_ff": d_ff, "h": h, "max_len": max_len}.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{name} must be an integer, got {name}={value!r}")
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {name}={value}")
+    if d_model % h:
+        raise ValueError(f"d_model={d_model} is not divisible by the number of heads h={h}")
+    if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real):
+        raise TypeError(f"dropout must be a number, got dropout={dropout!r}")
+    if not 0.0 <= dropout < 1.0:  # the comparison is False for nan, so nan is refused too
+        raise ValueError(f"dropout must be in [0, 1), got dropout={dropout!r}")
+
 # %% ../nbs/01_model.ipynb #2c696bdf
 def make_model(
     src_vocab: int,  # source vocabulary size
@@ -311,6 +335,7 @@ def make_model(
     share_embeddings: bool = False,  # tie source, target and pre-softmax weights (§3.4); needs src_vocab == tgt_vocab
 ) -> EncoderDecoder:
     "Build the Transformer of §3 with Xavier-initialized weights."
+    check_hyperparameters(N, d_model, d_ff, h, dropout, max_len, src_vocab=src_vocab, tgt_vocab=tgt_vocab)
     if share_embeddings and src_vocab != tgt_vocab:
         raise ValueError(f"share_embeddings needs one shared vocabulary, got src_vocab={src_vocab} and tgt_vocab={tgt_vocab}")
     c = copy.deepcopy
@@ -345,6 +370,10 @@ class ModelConfig:
     max_len: int = 5000
     norm_first: bool = False  # pre-norm instead of post-norm
     share_embeddings: bool = False  # three-way weight tying of §3.4
+
+    def __post_init__(self):
+        "Refuse a nonsensical configuration when it is made (on the command line, from a checkpoint)."
+        check_hyperparameters(self.N, self.d_model, self.d_ff, self.h, self.dropout, self.max_len)
 
     @staticmethod
     def preset(name: str) -> ModelConfig:

@@ -283,9 +283,29 @@ def noam_optimizer(
     schedule = partial(rate, model_size=model_size, factor=factor, warmup=warmup)
     return optimizer, LambdaLR(optimizer, lr_lambda=schedule)
 
+# %% ../nbs/02_training.ipynb #a6ae5576
+def _padding_class(padding_idx: int, size: int) -> int:
+    "`padding_idx` as a class in 0..size-1; a negative one counts from the end, as Python indexes."
+    if not -size <= padding_idx < size:
+        raise ValueError(f"padding_idx={padding_idx} is outside the vocabulary of size {size}: it must be in [{-size}, {size})")
+    return padding_idx % size
+
+
+def _check_labels(target: Tensor, size: int) -> None:
+    "Raise a one-line error unless `target` holds integer class ids in [0, size)."
+    if target.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"labels must be integer class ids (int64 or int32), got dtype {target.dtype}")
+    if target.numel():
+        lo, hi = torch.aminmax(target)
+        if (lo < 0) | (hi >= size):  # one reduction, one synchronization
+            bad = target[(target < 0) | (target >= size)][0].item()
+            raise ValueError(f"label {bad} is outside the vocabulary of size {size}")
+
 # %% ../nbs/02_training.ipynb #b843e090
 def smoothed_targets(target: Tensor, size: int, padding_idx: int, smoothing: float) -> Tensor:
     "The smoothed target distribution q (N, V) for labels (N,); rows of padding labels are all zero."
+    _check_labels(target, size)
+    padding_idx = _padding_class(padding_idx, size)
     q = torch.full((target.size(0), size), smoothing / (size - 2), device=target.device)
     q.scatter_(1, target.unsqueeze(1), 1.0 - smoothing)
     q[:, padding_idx] = 0.0
@@ -302,7 +322,7 @@ class LabelSmoothing(nn.Module):
             raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
         if size < 3:
             raise ValueError(f"label smoothing needs a vocabulary of at least 3 (true, padding, another), got size={size}")
-        self.size, self.padding_idx, self.smoothing = size, padding_idx, smoothing
+        self.size, self.padding_idx, self.smoothing = size, _padding_class(padding_idx, size), smoothing
         self.confidence = 1.0 - smoothing
         self.other = smoothing / (size - 2)  # probability of each class that is neither true nor padding
         # sum_c q_c log q_c, the same for every non-padding row
@@ -315,6 +335,9 @@ class LabelSmoothing(nn.Module):
         "Summed loss for log-probabilities x (N, V) and labels target (N,)."
         if x.dim() != 2 or x.size(1) != self.size:
             raise ValueError(f"expected log-probabilities of shape (N, {self.size}), got {tuple(x.shape)}")
+        if target.shape != (x.size(0),):
+            raise ValueError(f"expected one label per row of the log-probabilities, shape ({x.size(0)},), got {tuple(target.shape)}")
+        _check_labels(target, self.size)
         keep = target != self.padding_idx  # (N,)
         x_true = x.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
         loss = self.entropy_term - self.confidence * x_true

@@ -2,17 +2,24 @@
 
 1. Checkpoint averaging: copies give the checkpoint, two give the mean, dtypes and non-float buffers,
    mismatched checkpoints refused.
+2. Safety and consistency: a planted pickle payload is refused and never runs, temporary files are
+   unique, inconsistent checkpoints get clear errors, epochs of another run are not averaged.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
-from annotated_transformer.checkpoint import average_checkpoints
+from annotated_transformer._chapters import synthetic_pairs
+from annotated_transformer.checkpoint import (
+    CHECKPOINT_FORMAT, average_checkpoints, average_last, load_checkpoint, model_from_checkpoint, save_checkpoint,
+)
 from annotated_transformer.model import ModelConfig
+from annotated_transformer.trainer import TrainConfig, train
 
 
 # =========================================================================== 1. averaging
@@ -63,3 +70,81 @@ def test_averaging_refuses_mismatched_checkpoints(tmp_path: Path) -> None:
         average_checkpoints([tmp_path / "list.pt"])
     with pytest.raises(ValueError, match="no checkpoints"):
         average_checkpoints([])
+
+
+# =========================================================================== 2. safety and consistency
+class Payload:
+    "Unpickling this calls Path.touch(marker): what an attacker's os.system would do, harmlessly."
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return Path.touch, (self.marker,)
+
+
+def tiny_run(out: Path, seed: int = 0, epochs: int = 2) -> Path:
+    "A two-epoch run of a tiny model on synthetic pairs; its last.pt."
+    pairs = synthetic_pairs()
+    config = TrainConfig(model=ModelConfig(N=1, d_model=16, d_ff=32, h=2), epochs=epochs, max_tokens=300, warmup=10, seed=seed)
+    train(out, config, pairs={"train": pairs[:150], "val": pairs[150:160]}, progress=False, log=lambda _: None)
+    return out / "last.pt"
+
+
+def test_a_planted_payload_is_refused_and_never_runs(tmp_path: Path) -> None:
+    last = tiny_run(tmp_path / "run", epochs=1)
+    ckpt = torch.load(last, weights_only=True)
+    marker = tmp_path / "payload-ran"
+    ckpt["history"][0]["note"] = Payload(marker)  # hidden where nobody looks
+    torch.save(ckpt, tmp_path / "planted.pt")
+    with pytest.raises(ValueError, match=r"planted.pt asks to build the Python object .*refusing to load it"):
+        load_checkpoint(tmp_path / "planted.pt")
+    assert not marker.exists()
+    torch.save({"model": ckpt["model"], "extra": Payload(marker)}, tmp_path / "weights.pt")
+    with pytest.raises(ValueError, match="weights.pt asks to build the Python object"):  # averaging loads safely too
+        average_checkpoints([tmp_path / "weights.pt"])
+    assert not marker.exists()
+
+
+def test_everything_the_trainer_saves_loads_with_the_restricted_unpickler(tmp_path: Path) -> None:
+    last = tiny_run(tmp_path / "run")
+    for path in (last, tmp_path / "run" / "epoch1.pt"):
+        ckpt = torch.load(path, weights_only=True)  # raises if anything but tensors and plain data was saved
+        assert ckpt["format"] == CHECKPOINT_FORMAT and ckpt["run_id"]
+
+
+def test_temporary_files_are_unique(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    names = []
+    real_replace = os.replace
+
+    def recording_replace(src, dst):
+        names.append(Path(src).name)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", recording_replace)
+    save_checkpoint(tmp_path / "last.pt", epoch=1)
+    save_checkpoint(tmp_path / "last.pt", epoch=2)
+    assert len(set(names)) == 2, names  # two writers of last.pt never share a temporary file
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+def test_inconsistent_checkpoints_get_clear_errors(tmp_path: Path) -> None:
+    ckpt = load_checkpoint(tiny_run(tmp_path / "run", epochs=1))
+    wrong_size = {**ckpt, "config": {**ckpt["config"], "model": {**ckpt["config"]["model"], "d_model": 32}}}
+    with pytest.raises(ValueError, match="last.pt: its weights do not fit its model configuration .*size mismatch"):
+        model_from_checkpoint(wrong_size, "last.pt")
+    unknown_key = {**ckpt, "config": {**ckpt["config"], "model": {**ckpt["config"]["model"], "heads": 8}}}
+    with pytest.raises(ValueError, match="cannot use .*unexpected keyword argument 'heads'"):
+        model_from_checkpoint(unknown_key, "last.pt")
+    no_vocab = {k: v for k, v in ckpt.items() if k != "tgt_vocab"}
+    with pytest.raises(ValueError, match="last.pt has no tgt_vocab"):
+        model_from_checkpoint(no_vocab, "last.pt")
+
+
+def test_average_last_refuses_the_epochs_of_another_run(tmp_path: Path) -> None:
+    last = tiny_run(tmp_path / "a", seed=0)
+    other = tiny_run(tmp_path / "b", seed=1)
+    assert average_last(last, 2)["epoch"] == 2  # one run's epochs average
+    (tmp_path / "a" / "epoch1.pt").write_bytes((other.parent / "epoch1.pt").read_bytes())
+    with pytest.raises(ValueError, match="epoch1.pt is from another training run than .*last.pt"):
+        average_last(last, 2)

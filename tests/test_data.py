@@ -3,12 +3,16 @@
 What is checked:
 1. Download: files come from a local HTTP server into the cache ($XDG_CACHE_HOME/annotated-transformer/multi30k),
    the cache is reused, corrupt or truncated files raise and leave nothing behind, and an unreachable server or a
-   404 raises a ConnectionError that says how to work offline (data_dir= / $MULTI30K_DIR).
+   404 raises a ConnectionError that says how to work offline (--data-dir / data_dir= / $MULTI30K_DIR).
 2. data_dir and $MULTI30K_DIR: local folders, missing files, unknown splits.
-3. Bad input: misaligned files, empty lines, invalid UTF-8, Windows line endings.
-4. `Vocab`: min_freq, special tokens first, deterministic order, encode/decode, state_dict (through torch.save too), errors.
-5. spaCy tokenizers and `tokenize_all`.
-6. `encode_pairs`, `collate` and `make_loader`: every pair exactly once per epoch, the token budget, padding and masks,
+3. Verification against the SHA-256 table: a cached file changed since its download is an error, a file of one's own
+   folder that differs from the published one a warning; each file is hashed once and again only when its size or
+   mtime changes (remembered in the cache folder, never in the data folder; a cache that cannot be written just
+   remembers nothing).
+4. Bad input: damaged gzip files, misaligned files, empty lines, invalid UTF-8, Windows line endings.
+5. `Vocab`: min_freq, special tokens first, deterministic order, encode/decode, state_dict (through torch.save too), errors.
+6. spaCy tokenizers and `tokenize_all`.
+7. `encode_pairs`, `collate` and `make_loader`: every pair exactly once per epoch, the token budget, padding and masks,
    epochs and data-parallel shards.
 
 Everything is made here: a few hundred synthetic German/English pairs (tests/synthetic.py), gzipped into a pytest
@@ -21,12 +25,15 @@ import functools
 import gzip
 import hashlib
 import http.server
+import json
+import os
 import random
 import re
 import socket
 import threading
 import urllib.parse
 import urllib.request
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -37,12 +44,14 @@ import annotated_transformer.data as data
 from annotated_transformer.data import (
     DATA_DIR_ENV,
     SPECIALS,
+    STAMP_FILE,
     EncodedPairs,
     Vocab,
     cache_dir,
     collate,
     download,
     encode_pairs,
+    file_sha256,
     load_multi30k,
     load_tokenizers,
     make_loader,
@@ -53,6 +62,10 @@ from annotated_transformer.data import (
 )
 from annotated_transformer.training import Batch
 from synthetic import sampled_pairs, write_split
+
+# Folders of synthetic Multi30k-named files differ from the published files, so reading them warns; the tests of
+# section 3 check that warning, the others need not see it.
+DIFFERS = "Multi30k file differs from the published one"
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Synthetic data
@@ -211,7 +224,7 @@ def test_download_lands_in_cache_and_loads(dataset_dir, hashes, serve, multi30k_
     pairs = load_multi30k("train", base_url=base_url)
     assert pairs == split_pairs("train")
     assert sorted(server.requests) == ["/train.de.gz", "/train.en.gz"]
-    assert sorted(p.name for p in multi30k_cache.iterdir()) == ["train.de.gz", "train.en.gz"]  # no .part leftovers
+    assert sorted(p.name for p in multi30k_cache.iterdir()) == ["train.de.gz", "train.en.gz", STAMP_FILE]  # no .part leftovers
     for name in ("train.de.gz", "train.en.gz"):
         assert (multi30k_cache / name).read_bytes() == (dataset_dir / name).read_bytes()
     assert multi30k_paths("train", base_url=base_url) == (multi30k_cache / "train.de.gz", multi30k_cache / "train.en.gz")
@@ -219,7 +232,7 @@ def test_download_lands_in_cache_and_loads(dataset_dir, hashes, serve, multi30k_
     # The other splits, each with its own pairs.
     assert load_multi30k("val", base_url=base_url) == split_pairs("val")
     assert load_multi30k("test2016", base_url=base_url) == split_pairs("test2016")
-    assert sorted(p.name for p in multi30k_cache.iterdir()) == sorted(hashes)
+    assert sorted(p.name for p in multi30k_cache.iterdir()) == sorted([*hashes, STAMP_FILE])
 
 
 def test_second_load_uses_the_cache(dataset_dir, hashes, serve):
@@ -279,7 +292,9 @@ def test_truncated_download_raises_and_caches_nothing(dataset_dir, hashes, serve
 
 
 def assert_offline_hint(message: str) -> None:
-    assert "data_dir" in message
+    "The message names every way to work offline: the command-line flag, the Python argument, the environment variable."
+    assert "--data-dir" in message
+    assert "data_dir=" in message
     assert DATA_DIR_ENV in message
 
 
@@ -317,28 +332,22 @@ def test_stopped_server_raises_connection_error(dataset_dir, hashes, serve):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def test_data_dir_reads_local_folder(dataset_dir, multi30k_cache):
-    for split in SPLIT_SIZES:
-        assert load_multi30k(split, data_dir=dataset_dir) == split_pairs(split)
-        assert load_multi30k(split, data_dir=str(dataset_dir)) == split_pairs(split)
-    assert multi30k_paths("val", data_dir=dataset_dir) == (dataset_dir / "val.de.gz", dataset_dir / "val.en.gz")
-    assert not multi30k_cache.exists()  # nothing downloaded or cached
+def test_data_dir_reads_local_folder(dataset_dir, hashes, multi30k_cache):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the published files (here: those whose hashes the table holds) do not warn
+        for split in SPLIT_SIZES:
+            assert load_multi30k(split, data_dir=dataset_dir) == split_pairs(split)
+            assert load_multi30k(split, data_dir=str(dataset_dir)) == split_pairs(split)
+        assert multi30k_paths("val", data_dir=dataset_dir) == (dataset_dir / "val.de.gz", dataset_dir / "val.en.gz")
+    assert [p.name for p in multi30k_cache.iterdir()] == [STAMP_FILE]  # nothing downloaded: only what was verified
 
 
-def test_data_dir_does_not_check_hashes(tmp_path):
-    "Local files are the user's own: any line-aligned files are read."
-    folder = tmp_path / "own"
-    folder.mkdir()
-    write_split(folder, "val", [("Hallo Welt.", "Hello world.")])
-    assert load_multi30k("val", data_dir=folder) == [("Hallo Welt.", "Hello world.")]
-
-
-def test_env_var_reads_local_folder(dataset_dir, monkeypatch, multi30k_cache):
+def test_env_var_reads_local_folder(dataset_dir, hashes, monkeypatch, multi30k_cache):
     monkeypatch.setenv(DATA_DIR_ENV, str(dataset_dir))
     assert load_multi30k("val") == split_pairs("val")
     assert load_multi30k("train") == split_pairs("train")
     assert multi30k_paths("test2016") == (dataset_dir / "test_2016_flickr.de.gz", dataset_dir / "test_2016_flickr.en.gz")
-    assert not multi30k_cache.exists()
+    assert [p.name for p in multi30k_cache.iterdir()] == [STAMP_FILE]
 
 
 def test_data_dir_argument_wins_over_env_var(dataset_dir, monkeypatch, tmp_path):
@@ -378,8 +387,214 @@ def test_unknown_split(split, dataset_dir):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# 3. Bad input
+# 3. Verification against the SHA-256 table
 # ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def hash_calls(monkeypatch) -> list[Path]:
+    "The files the module really hashes (not those it finds remembered), in order."
+    calls, real = [], data._sha256
+
+    def counting(path):
+        calls.append(Path(path))
+        return real(path)
+
+    monkeypatch.setattr(data, "_sha256", counting)
+    return calls
+
+
+def stamps(multi30k_cache) -> dict:
+    return json.loads((multi30k_cache / STAMP_FILE).read_text())
+
+
+def test_tampered_cache_file_is_an_error_naming_what_to_delete(dataset_dir, hashes, serve, multi30k_cache):
+    base_url, server = serve(dataset_dir)
+    assert load_multi30k("val", base_url=base_url) == split_pairs("val")
+    cached = multi30k_cache / "val.en.gz"
+    write_gz(cached, "".join(f"{en.upper()}\n" for _, en in split_pairs("val")))  # changed after its verified download
+    with pytest.raises(ValueError) as info:
+        load_multi30k("val", base_url=base_url)
+    message = str(info.value)
+    assert f"{cached} is corrupt" in message and "delete it and it will be downloaded again" in message
+    assert sha256(cached) in message and hashes["val.en.gz"] in message
+    assert str(multi30k_cache / "val.de.gz") not in message  # the intact file is not blamed
+    assert len(server.requests) == 2  # not downloaded over
+    # As the message says: deleting it downloads it again.
+    cached.unlink()
+    assert load_multi30k("val", base_url=base_url) == split_pairs("val")
+    assert server.requests[2:] == ["/val.en.gz"]
+
+
+def test_cached_file_corrupt_before_any_stamp_is_an_error(dataset_dir, hashes, multi30k_cache):
+    "A cache filled before files were stamped (or by hand) is verified too, and no server is asked."
+    multi30k_cache.mkdir(parents=True)
+    for name in split_files("test2016"):
+        (multi30k_cache / name).write_bytes((dataset_dir / name).read_bytes())
+    write_gz(multi30k_cache / "test_2016_flickr.de.gz", "Ein Satz.\n")
+    with pytest.raises(ValueError, match=re.escape(f"{multi30k_cache / 'test_2016_flickr.de.gz'} is corrupt")):
+        load_multi30k("test2016", base_url=f"http://127.0.0.1:{closed_port()}/")
+
+
+def test_own_file_that_differs_warns_and_is_used(dataset_dir, hashes, multi30k_cache):
+    de, en = dataset_dir / "val.de.gz", dataset_dir / "val.en.gz"
+    cleaned = [(d.replace("Mann", "Herr"), e) for d, e in split_pairs("val")]  # say, a cleaned copy
+    write_gz(de, "".join(f"{d}\n" for d, _ in cleaned))
+    with pytest.warns(UserWarning) as caught:
+        assert load_multi30k("val", data_dir=dataset_dir) == cleaned  # used as it is
+    assert [str(w.message) for w in caught] == [
+        f"{DIFFERS}: {de} has SHA-256 {sha256(de)}, the published val.de.gz {hashes['val.de.gz']}; it is used as it is"
+    ]  # one warning, for the file that differs only
+
+
+def test_own_files_through_env_var_warn_too(tmp_path, monkeypatch):
+    folder = tmp_path / "own"
+    folder.mkdir()
+    de, en = write_split(folder, "val", [("Hallo Welt.", "Hello world.")])
+    monkeypatch.setenv(DATA_DIR_ENV, str(folder))
+    with pytest.warns(UserWarning, match=DIFFERS) as caught:
+        assert load_multi30k("val") == [("Hallo Welt.", "Hello world.")]
+    assert [str(w.message).split(" has ")[0] for w in caught] == [f"{DIFFERS}: {de}", f"{DIFFERS}: {en}"]
+
+
+def test_unchanged_files_are_hashed_once(dataset_dir, hashes, hash_calls, multi30k_cache):
+    for _ in range(3):
+        assert load_multi30k("val", data_dir=dataset_dir) == split_pairs("val")
+        assert file_sha256(dataset_dir / "val.de.gz") == hashes["val.de.gz"]
+    assert hash_calls == [dataset_dir / "val.de.gz", dataset_dir / "val.en.gz"]
+    # Remembered by absolute path, with size and mtime, in the cache folder: the data folder holds only its files.
+    de = (dataset_dir / "val.de.gz").resolve()
+    assert stamps(multi30k_cache)[str(de)] == [de.stat().st_size, de.stat().st_mtime_ns, hashes["val.de.gz"]]
+    assert sorted(p.name for p in dataset_dir.iterdir()) == sorted(hashes)
+
+
+def test_relative_data_dir_is_remembered_by_absolute_path(dataset_dir, hashes, hash_calls, monkeypatch, multi30k_cache):
+    monkeypatch.chdir(dataset_dir.parent)
+    load_multi30k("val", data_dir=dataset_dir.name)
+    monkeypatch.chdir(dataset_dir)
+    load_multi30k("val", data_dir=".")  # the same files by another name: not hashed again
+    assert len(hash_calls) == 2
+    assert sorted(stamps(multi30k_cache)) == [str(dataset_dir.resolve() / name) for name in split_files("val")]
+
+
+def test_downloads_are_not_hashed_again(dataset_dir, hashes, hash_calls, serve):
+    base_url, server = serve(dataset_dir)
+    for _ in range(2):
+        assert load_multi30k("train", base_url=base_url) == split_pairs("train")
+    assert hash_calls == []  # hashed while they streamed in, and remembered
+    assert len(server.requests) == 2
+
+
+def test_a_new_mtime_or_size_has_a_file_hashed_again(dataset_dir, hashes, hash_calls):
+    de = dataset_dir / "val.de.gz"
+    load_multi30k("val", data_dir=dataset_dir)
+    assert len(hash_calls) == 2
+    before = de.stat()
+    os.utime(de, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))  # touched, same bytes
+    load_multi30k("val", data_dir=dataset_dir)
+    assert hash_calls[2:] == [de]
+
+    # Other bytes of another length, the mtime set back: the size tells.
+    pairs = [(d + " Ja.", e) for d, e in split_pairs("val")]
+    write_gz(de, "".join(f"{d}\n" for d, _ in pairs))
+    os.utime(de, ns=(before.st_atime_ns, de.stat().st_mtime_ns - 5_000_000_000))
+    stamp = de.stat()
+    assert stamp.st_size != before.st_size
+    with pytest.warns(UserWarning, match=re.escape(f"{DIFFERS}: {de}")):
+        assert load_multi30k("val", data_dir=dataset_dir) == pairs
+    assert hash_calls[3:] == [de]
+
+    # Other bytes of the same length (the gzip header's timestamp), another mtime: the mtime tells.
+    changed = bytearray(de.read_bytes())
+    changed[4] ^= 1
+    de.write_bytes(changed)
+    assert de.stat().st_size == stamp.st_size
+    os.utime(de, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1))
+    with pytest.warns(UserWarning, match=re.escape(f"has SHA-256 {sha256(de)}")):
+        assert load_multi30k("val", data_dir=dataset_dir) == pairs
+    assert hash_calls[4:] == [de]
+
+
+def test_a_cache_that_cannot_be_written_still_loads(dataset_dir, hashes, hash_calls, monkeypatch, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))  # the cache folder would be inside a file: it cannot be made
+    for _ in range(2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert load_multi30k("val", data_dir=dataset_dir) == split_pairs("val")
+    assert len(hash_calls) == 4  # verified each time, just not remembered
+    write_gz(dataset_dir / "val.en.gz", "Something else.\n" * SPLIT_SIZES["val"])
+    with pytest.warns(UserWarning, match=DIFFERS):  # and still verified
+        load_multi30k("val", data_dir=dataset_dir)
+
+
+def test_a_damaged_stamp_file_is_replaced(dataset_dir, hashes, hash_calls, multi30k_cache):
+    multi30k_cache.mkdir(parents=True)
+    for damaged in ('{"truncated": [1, 2', "[1, 2, 3]", '{"%s": "not a stamp"}' % (dataset_dir / "val.de.gz").resolve()):
+        (multi30k_cache / STAMP_FILE).write_text(damaged)
+        hash_calls.clear()
+        assert load_multi30k("val", data_dir=dataset_dir) == split_pairs("val")
+        assert len(hash_calls) == 2
+        assert len(stamps(multi30k_cache)) == 2
+    assert sorted(p.name for p in multi30k_cache.iterdir()) == [STAMP_FILE]  # no temporary files left
+
+
+def test_stamps_of_files_gone_are_forgotten(tmp_path, multi30k_cache):
+    files = [tmp_path / f"{i}.bin" for i in range(3)]
+    for i, path in enumerate(files):
+        path.write_bytes(bytes([i]) * 100)
+    file_sha256(files[0])
+    file_sha256(files[1])
+    files[0].unlink()
+    assert file_sha256(files[2]) == sha256(files[2])
+    assert sorted(stamps(multi30k_cache)) == [str(files[1].resolve()), str(files[2].resolve())]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 4. Bad input
+# ---------------------------------------------------------------------------------------------------------------------
+
+TEXT = "".join(f"Satz Nummer {i} mit etwas Text.\n" for i in range(3000))
+GZ = gzip.compress(TEXT.encode(), mtime=0)
+CORRUPT_GZIP = {  # name: (bytes, the last good line before the error is found: an exact number, or a range)
+    "plain text": (TEXT.encode(), 0),
+    "cut off": (GZ[: len(GZ) // 2], range(1, 2999)),
+    "header only": (GZ[:10], 0),
+    "bad CRC": (GZ[:-8] + bytes([GZ[-8] ^ 1]) + GZ[-7:], 3000),
+    "bad length": (GZ[:-4] + bytes([GZ[-4] ^ 1]) + GZ[-3:], 3000),
+    "invalid deflate data": (GZ[:10] + b"\x07" + bytes(20), 0),  # block type 3 does not exist
+}
+
+
+@pytest.mark.parametrize("kind", CORRUPT_GZIP)
+def test_damaged_gzip_file_is_one_clear_error(kind, tmp_path):
+    content, good_lines = CORRUPT_GZIP[kind]
+    path = tmp_path / "damaged.de.gz"
+    path.write_bytes(content)
+    with pytest.raises(ValueError) as info:
+        read_lines(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: not a valid gzip file: ")
+    assert "\n" not in message and info.value.__cause__ is None and info.value.__suppress_context__
+    if good_lines == 0:
+        assert message.endswith("(found before the first line)")
+    else:
+        found = int(re.fullmatch(r".*\(found after line (\d+)\)", message).group(1))
+        assert found in (good_lines if isinstance(good_lines, range) else [good_lines])
+
+
+def test_damaged_gzip_file_through_load(dataset_dir):
+    de, en = dataset_dir / "val.de.gz", dataset_dir / "val.en.gz"
+    en.write_bytes(en.read_bytes()[:-20])  # cut off
+    with pytest.raises(ValueError, match=re.escape(f"{en}: not a valid gzip file")) as info:
+        load_multi30k("val", data_dir=dataset_dir)
+    assert str(de) not in str(info.value)
+
+
+def test_gzip_check_does_not_hide_missing_files(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        read_lines(tmp_path / "nothing.gz")
 
 
 def test_line_count_mismatch(tmp_path):
@@ -452,7 +667,7 @@ def test_read_lines_keeps_inner_whitespace_and_unicode(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# 4. Vocab
+# 5. Vocab
 # ---------------------------------------------------------------------------------------------------------------------
 
 SENTENCES = [
@@ -585,7 +800,7 @@ def test_vocab_accepts_tuple_and_specials_only():
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# 5. Tokenizers
+# 6. Tokenizers
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -618,7 +833,7 @@ def test_tokenize_all(tokenizers, capsys):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# 6. encode_pairs, collate, make_loader
+# 7. encode_pairs, collate, make_loader
 # ---------------------------------------------------------------------------------------------------------------------
 
 

@@ -6,7 +6,8 @@
    the length penalty, hypotheses sorted.
 4. Models that are not Transformers (`begin_decoding`): both searches drive their decoder; beam search
    stops as soon as beam_size hypotheses have finished, counted in decoder steps.
-5. Bad input.
+5. Bad input, a bad length penalty alpha included.
+6. A beam wider than the vocabulary (or than what banning leaves of it): the search stays exact.
 
 Checkpoint averaging, which used to live in decoding, is tested in tests/test_checkpoint.py.
 """
@@ -192,22 +193,22 @@ def test_beam_scores_are_normalized_log_probabilities() -> None:
             assert score == pytest.approx(total / length_penalty(len(tokens), 0.6), abs=1e-4)
 
 
-def reference_beam_search(model, src, src_mask, max_len: int, K: int, alpha: float):
+def reference_beam_search(model, src, src_mask, max_len: int, K: int, alpha: float, start: int = START, end: int = END):
     "The same algorithm for one sentence, written plainly: no batch, no cache, no tensors of beams."
     memory = model.encode(src, src_mask)
     beams, finished = [([], 0.0)], []
     for t in range(1, max_len):
         candidates = []
         for tokens, total in beams:
-            ys = torch.tensor([[START, *tokens]])
+            ys = torch.tensor([[start, *tokens]])
             with torch.no_grad():
                 logp = model.generator(model.decode(memory, src_mask, ys, subsequent_mask(len(tokens) + 1)))[0, -1]
             candidates += [(total + lp, tokens + [v]) for v, lp in enumerate(logp.tolist())]
         candidates = sorted(candidates, key=lambda c: -c[0])[: 2 * K]
-        finished += [(tokens, total / length_penalty(len(tokens), alpha)) for total, tokens in candidates[:K] if tokens[-1] == END]
+        finished += [(tokens, total / length_penalty(len(tokens), alpha)) for total, tokens in candidates[:K] if tokens[-1] == end]
         if len(finished) >= K:
             break
-        beams = [(tokens, total) for total, tokens in candidates if tokens[-1] != END][:K]
+        beams = [(tokens, total) for total, tokens in candidates if tokens[-1] != end][:K]
         if t + 1 >= max_len:
             finished += [(tokens, total / length_penalty(len(tokens), alpha)) for tokens, total in beams]
     return sorted(finished, key=lambda h: -h[1])[:K]
@@ -391,3 +392,49 @@ def test_bad_arguments_give_clear_errors() -> None:
             search(model, src, src_mask[:, :, :3], 5, START, END)
         with pytest.raises(ValueError, match="gives 2 limits for 5 sentences"):
             search(model, src, src_mask, [5, 6], START, END)
+
+
+@pytest.mark.parametrize("alpha", [math.nan, math.inf, -math.inf, -5.0, -0.1])
+def test_a_non_finite_or_negative_alpha_is_refused_before_decoding(alpha: float) -> None:
+    with pytest.raises(ValueError, match=f"alpha must be a finite number at least 0, got {alpha}"):
+        length_penalty(3, alpha)
+    model = ScriptedModel([5, 6, END])
+    src, src_mask = random_batch(B=2)
+    with pytest.raises(ValueError, match=f"alpha must be a finite number at least 0, got {alpha}"):
+        beam_search(model, src, src_mask, 10, START, END, beam_size=2, alpha=alpha)
+    assert model.decoders == [], "the search began decoding before it checked alpha"
+
+
+def test_an_alpha_whose_length_penalty_overflows_is_refused_before_decoding() -> None:
+    model = ScriptedModel([5, 6, END])
+    src, src_mask = random_batch(B=2)
+    assert beam_search(model, src, src_mask, 10, START, END, beam_size=2, alpha=300.0)[0]  # lp(9) = (14 / 6) ** 300: a float
+    with pytest.raises(ValueError, match="alpha=300.0 is too large: the length penalty of 199 tokens overflows"):
+        beam_search(model, src, src_mask, [10, 200], START, END, beam_size=2, alpha=300.0)  # lp(199) = 34 ** 300 is not
+    assert len(model.decoders) == 1, "the second search began decoding before it checked alpha"
+
+
+# =========================================================================== 6. a beam wider than the vocabulary
+@pytest.mark.parametrize("K", [5, 7, 12])
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_a_beam_wider_than_the_vocabulary_matches_the_plain_reference(K: int, alpha: float) -> None:
+    "V = 4 < K: at the first steps there are fewer real candidates than beams; the rest stay at -inf and never surface."
+    model = tiny_model(27)
+    src, mask = torch.tensor([[1, 2, 3, 2]]), torch.ones(1, 1, 4, dtype=torch.bool)
+    for max_len in (2, 3, 6):
+        found = beam_search(model, src, mask, max_len, 0, 1, beam_size=K, alpha=alpha)[0]
+        expected = reference_beam_search(model, src, mask, max_len, K, alpha, start=0, end=1)
+        assert [t for t, _ in found] == [t for t, _ in expected]
+        assert all(math.isfinite(score) for _, score in found)
+        for (_, a), (_, b) in zip(found, expected):
+            assert a == pytest.approx(b, abs=1e-5)
+
+
+def test_a_beam_wider_than_what_is_left_after_banning_returns_every_output() -> None:
+    "Tokens 2 and 3 banned leave 0 and the end symbol 1: five outputs of at most 4 tokens, all of them found, best first."
+    model = tiny_model(27)
+    src, mask = torch.tensor([[1, 2, 3, 2]]), torch.ones(1, 1, 4, dtype=torch.bool)
+    found = beam_search(model, src, mask, 5, 0, 1, beam_size=8, alpha=0.6, banned=[2, 3])[0]
+    assert sorted(t for t, _ in found) == [[0, 0, 0, 0], [0, 0, 0, 1], [0, 0, 1], [0, 1], [1]]
+    scores = [s for _, s in found]
+    assert scores == sorted(scores, reverse=True) and all(math.isfinite(s) for s in scores)

@@ -5,7 +5,8 @@ What is checked:
    for post-norm and pre-norm.
 2. The fast attention path (SDPA) against the readable `attention()` path, fully masked rows included.
 3. Shapes of every block; 4. the model's maximum length; 5. causality and padding invariance;
-6. parameter counts and weight tying; 7. clear errors on bad input; 8. `subsequent_mask`.
+6. parameter counts and weight tying; 7. clear errors on bad input, nonsensical sizes and dropout included
+   (refused by `make_model` before it builds anything, and by `ModelConfig` when made); 8. `subsequent_mask`.
 The values of eq. (4) and the embedding scale are checked where Part 1 shows them (nbs/01_model.ipynb).
 
 Everything runs on a CPU in a few seconds and needs no data or network.
@@ -506,6 +507,70 @@ def test_error_share_embeddings_with_different_vocabs():
 def test_error_unknown_preset():
     with pytest.raises(ValueError, match=r"unknown model preset 'huge'.*'base'.*'big'.*'tiny'"):
         ModelConfig.preset("huge")
+
+
+SIZES = dict(N=1, d_model=D_MODEL, d_ff=D_FF, h=N_HEADS, dropout=0.1, max_len=50)  # a valid small model
+NOT_POSITIVE = [("N", -1), ("N", 0), ("h", -4), ("h", 0), ("d_model", 0), ("d_model", -32), ("d_ff", 0), ("max_len", 0)]
+NOT_INTEGER = [("N", 2.5), ("d_model", 32.0), ("h", "4"), ("max_len", None), ("N", True)]
+BAD_DROPOUT = [float("nan"), float("inf"), -0.1, 1.0, 1.5]
+
+
+@pytest.fixture
+def nothing_built(monkeypatch):
+    "Fail the test if make_model gets as far as building a layer: the checks must come first."
+    import annotated_transformer.model as model_module
+
+    def built(*args, **kwargs):
+        raise AssertionError("make_model started building before it checked its arguments")
+
+    monkeypatch.setattr(model_module, "MultiHeadedAttention", built)
+
+
+@pytest.mark.parametrize("name, value", NOT_POSITIVE + [("src_vocab", 0), ("tgt_vocab", -5)])
+def test_error_make_model_size_below_one(name, value, nothing_built):
+    args = dict(src_vocab=11, tgt_vocab=11, **SIZES) | {name: value}
+    with pytest.raises(ValueError, match=rf"^{name} must be at least 1, got {name}={value}$"):
+        make_model(**args)
+
+
+@pytest.mark.parametrize("name, value", NOT_INTEGER + [("src_vocab", 11.0), ("tgt_vocab", None)])
+def test_error_make_model_size_not_an_integer(name, value, nothing_built):
+    args = dict(src_vocab=11, tgt_vocab=11, **SIZES) | {name: value}
+    with pytest.raises(TypeError, match=rf"^{name} must be an integer, got {name}={re.escape(repr(value))}$"):
+        make_model(**args)
+
+
+@pytest.mark.parametrize("dropout", BAD_DROPOUT, ids=str)
+def test_error_make_model_dropout_outside_unit_interval(dropout, nothing_built):
+    with pytest.raises(ValueError, match=rf"^dropout must be in \[0, 1\), got dropout={dropout}$"):
+        make_model(11, 11, **SIZES | {"dropout": dropout})
+
+
+@pytest.mark.parametrize("dropout", ["0.1", None, True], ids=repr)
+def test_error_make_model_dropout_not_a_number(dropout, nothing_built):
+    with pytest.raises(TypeError, match=rf"^dropout must be a number, got dropout={re.escape(repr(dropout))}$"):
+        make_model(11, 11, **SIZES | {"dropout": dropout})
+
+
+CONFIG_ERRORS = (
+    [(name, value, ValueError) for name, value in NOT_POSITIVE]
+    + [(name, value, TypeError) for name, value in NOT_INTEGER]
+    + [("dropout", value, ValueError) for value in BAD_DROPOUT]
+)
+
+
+@pytest.mark.parametrize("name, value, error", CONFIG_ERRORS, ids=str)
+def test_error_model_config_refused_when_made(name, value, error):
+    # ModelConfig checks in __post_init__: a bad preset override, command-line flag or checkpoint config fails at once
+    with pytest.raises(error, match=rf"^{name} must .*, got {name}={re.escape(repr(value))}$"):
+        ModelConfig(**SIZES | {name: value})
+    with pytest.raises(error, match=rf"{name}={re.escape(repr(value))}"):
+        replace(ModelConfig.preset("tiny"), **{name: value})
+
+
+def test_error_model_config_heads_must_divide_d_model_when_made():
+    with pytest.raises(ValueError, match=r"^d_model=100 is not divisible by the number of heads h=8$"):
+        ModelConfig(d_model=100, h=8)  # before: accepted, failing only at .build()
 
 
 # --------------------------------------------------------------------------- 8. subsequent_mask

@@ -6,7 +6,7 @@ What is checked:
    sorted batches without shuffling, sharding over processes, and clear errors.
 3. `rate` and `noam_optimizer`: eq. (5)'s shape, Adam's settings, the schedule as seen by the optimizer, fused = unfused steps.
 4. `LabelSmoothing` / `smoothed_targets`: the closed form against `F.kl_div`, gradients, -inf log-probabilities,
-   padding, and the difference from PyTorch's own `label_smoothing`.
+   padding, negative padding indices, clear errors on bad labels, and the difference from PyTorch's own `label_smoothing`.
 5. `run_epoch` and `TrainState`: gradient accumulation, scheduler stepping, counts, old checkpoints' counts, evaluation, clipping and errors.
 6. `greedy_decode`: batch = one sentence at a time, end symbols, early stop, errors.
 7. `copy_task_batches`: shapes, values and determinism.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from dataclasses import asdict
 
 import pytest
@@ -522,6 +523,63 @@ def test_label_smoothing_rejects_wrong_input_shape(shape):
     crit = LabelSmoothing(10, 0, 0.1)
     with pytest.raises(ValueError, match=r"expected log-probabilities of shape \(N, 10\)"):
         crit(torch.randn(*shape), torch.ones(shape[0], dtype=torch.long))
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
+def test_label_smoothing_negative_padding_idx_counts_from_the_end(smoothing):
+    # before: -1 was compared with the labels as it was (so padding rows, labelled size - 1, counted) and
+    # x[:, :-1] + x[:, 0:] read the last class twice
+    size = 30
+    logits, target = random_logits_and_labels(40, size, size - 1, seed=5)
+    logp = F.log_softmax(logits, dim=-1)
+    reference = F.kl_div(logp, smoothed_targets(target, size, size - 1, smoothing), reduction="sum")
+    for padding_idx in (-1, size - 1):
+        torch.testing.assert_close(LabelSmoothing(size, padding_idx, smoothing)(logp, target), reference, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(smoothed_targets(target, size, -1, smoothing), smoothed_targets(target, size, size - 1, smoothing))
+    logits, target = random_logits_and_labels(40, size, 0, seed=6)
+    logp = F.log_softmax(logits, dim=-1)
+    torch.testing.assert_close(LabelSmoothing(size, -size, smoothing)(logp, target), LabelSmoothing(size, 0, smoothing)(logp, target))
+
+
+@pytest.mark.parametrize("padding_idx", [10, 11, -11, -100])
+def test_label_smoothing_rejects_padding_idx_outside_vocabulary(padding_idx):
+    message = rf"^padding_idx={padding_idx} is outside the vocabulary of size 10: it must be in \[-10, 10\)$"
+    with pytest.raises(ValueError, match=message):
+        LabelSmoothing(10, padding_idx, 0.1)
+    with pytest.raises(ValueError, match=message):
+        smoothed_targets(torch.tensor([1, 2]), 10, padding_idx, 0.1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bool, torch.uint8])
+def test_label_smoothing_rejects_labels_that_are_not_integer_ids(dtype):
+    crit = LabelSmoothing(10, 0, 0.1)
+    logp = F.log_softmax(torch.randn(4, 10), dim=-1)
+    target = torch.tensor([1, 0, 3, 9])
+    with pytest.raises(TypeError, match=rf"^labels must be integer class ids \(int64 or int32\), got dtype {re.escape(str(dtype))}$"):
+        crit(logp, target.to(dtype))
+    with pytest.raises(TypeError, match=re.escape(str(dtype))):
+        smoothed_targets(target.to(dtype), 10, 0, 0.1)
+    torch.testing.assert_close(crit(logp, target.int()), crit(logp, target))  # int32 ids are ids too
+
+
+@pytest.mark.parametrize("bad", [10, 57, -1])
+def test_label_smoothing_rejects_labels_outside_vocabulary(bad):
+    crit = LabelSmoothing(10, 0, 0.1)
+    logp = F.log_softmax(torch.randn(4, 10), dim=-1)
+    target = torch.tensor([1, 0, bad, 9])
+    with pytest.raises(ValueError, match=rf"^label {bad} is outside the vocabulary of size 10$"):
+        crit(logp, target)
+    with pytest.raises(ValueError, match=rf"^label {bad} is outside the vocabulary of size 10$"):
+        smoothed_targets(target, 10, 0, 0.1)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("shape", [(3,), (5,), (4, 1)])
+def test_label_smoothing_rejects_a_label_count_unlike_the_rows(shape, smoothing):
+    # before, with 3 labels for 4 rows and no smoothing, gather read the first 3 rows and the loss silently left one out
+    crit = LabelSmoothing(10, 0, smoothing)
+    with pytest.raises(ValueError, match=r"^expected one label per row of the log-probabilities, shape \(4,\), got " + re.escape(str(shape))):
+        crit(F.log_softmax(torch.randn(4, 10), dim=-1), torch.ones(shape, dtype=torch.long))
 
 
 # =========================================================================== 5. run_epoch

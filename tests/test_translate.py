@@ -38,7 +38,7 @@ def test_cli_train_resume_evaluate_translate(data_dir: Path, tmp_path: Path, cap
     assert resumed["train_state"]["optimizer_steps"] > first["train_state"]["optimizer_steps"]
     assert resumed["src_vocab"] == first["src_vocab"]  # the vocabulary is the checkpoint's, not rebuilt
     capsys.readouterr()
-    assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", "4", "--resume", "--model", "base"]) == 2
+    assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", "4", "--resume", "--model", "base"]) == 1
     assert "different configuration" in capsys.readouterr().err
     capsys.readouterr()
 
@@ -59,10 +59,10 @@ def test_cli_train_resume_evaluate_translate(data_dir: Path, tmp_path: Path, cap
     assert "(16 sentences, beam 3, alpha 1.0, average of the last 2 epochs): sacreBLEU" in capsys.readouterr().out
     assert main(["translate", *args, "Ein Mann sieht einen Ball."]) == 0
     assert len(capsys.readouterr().out.strip().splitlines()) == 1
-    assert main(["translate", "--checkpoint", str(out / "last.pt"), "--average-last", "4", "Ein Mann."]) == 2
+    assert main(["translate", "--checkpoint", str(out / "last.pt"), "--average-last", "4", "Ein Mann."]) == 1
     assert "from epoch 3: there are not 4 epochs to average" in capsys.readouterr().err
     (out / "epoch1.pt").unlink()
-    assert main(["translate", "--checkpoint", str(out / "last.pt"), "--average-last", "3", "Ein Mann."]) == 2
+    assert main(["translate", "--checkpoint", str(out / "last.pt"), "--average-last", "3", "Ein Mann."]) == 1
     assert "needs epoch1.pt beside it" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["translate", "--checkpoint", str(out / "last.pt"), "--beam", "0", "Ein Mann."])
@@ -107,13 +107,13 @@ def test_bad_checkpoints_give_clear_errors(checkpoint: Path, tmp_path: Path, cap
         load_checkpoint(garbage)
     future = tmp_path / "future.pt"
     save_checkpoint(future, config={})
-    torch.save({**torch.load(future, weights_only=False), "format": 99}, future)
+    torch.save({**torch.load(future, weights_only=True), "format": 99}, future)
     with pytest.raises(ValueError, match="checkpoint format 99"):
         load_checkpoint(future)
     with pytest.raises(FileNotFoundError, match="no checkpoint at"):
         load_checkpoint(tmp_path / "missing.pt")
-    # Through the CLI: one line on stderr, exit status 2, no traceback.
-    assert main(["translate", "--checkpoint", str(truncated), "Ein Mann."]) == 2
+    # Through the CLI: one line on stderr, exit status 1 (a failure, not a usage error), no traceback.
+    assert main(["translate", "--checkpoint", str(truncated), "Ein Mann."]) == 1
     err = capsys.readouterr().err
     assert "error:" in err and "Traceback" not in err
 
@@ -222,3 +222,74 @@ def test_no_module_imports_upward() -> None:
                 imported.update(parts[:1] if node.level == 1 or node.module.startswith("annotated_transformer.") else [])
         above = imported & set(order[rank:])
         assert not above, f"{name} imports {sorted(above)}, which are not below it"
+
+
+# =========================================================================== one writer, no silent overwrite, early checks
+def test_two_trainings_into_one_folder_one_refuses_and_a_killed_run_releases_the_lock(data_dir: Path, tmp_path: Path, capsys) -> None:
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "run"
+    first = subprocess.Popen([sys.executable, "-m", "annotated_transformer.cli", "train", "--out", str(out), "--data-dir", str(data_dir),
+                              "--epochs", "50", *TRAIN_ARGS], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not (out / ".writer").exists() and first.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert (out / ".writer").exists(), first.stderr.read() if first.poll() is not None else "the first run never claimed the folder"
+        assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", "1", *TRAIN_ARGS]) != 0
+        err = capsys.readouterr().err
+        assert f"is in use by another training run (pid {first.pid} on" in err and err.count("\n") == 1
+        while not (out / "last.pt").exists() and first.poll() is None:
+            time.sleep(0.1)
+    finally:
+        first.send_signal(signal.SIGKILL)  # the harshest exit: the operating system releases the lock
+        first.wait()
+    ckpt = load_checkpoint(out / "last.pt")
+    assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", str(ckpt["epoch"] + 1), "--resume", "--quiet"]) == 0
+    assert load_checkpoint(out / "last.pt")["epoch"] == ckpt["epoch"] + 1
+    assert not (out / ".writer").exists()  # released and cleaned up on a normal exit
+
+
+def test_train_refuses_to_replace_a_run_unless_told(data_dir: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    args = ["train", "--out", str(out), "--data-dir", str(data_dir), *TRAIN_ARGS]
+    assert main([*args, "--epochs", "2"]) == 0
+    before = {p.name: p.read_bytes() for p in out.glob("*.pt")}
+    capsys.readouterr()
+    assert main([*args, "--epochs", "1"]) != 0
+    assert "already holds a training run (epoch1.pt, epoch2.pt, last.pt): pass --resume" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.glob("*.pt")} == before  # untouched
+    assert main([*args, "--epochs", "1", "--resume", "--overwrite"]) != 0
+    assert "give one of them" in capsys.readouterr().err
+    assert main([*args, "--epochs", "1", "--overwrite"]) == 0
+    assert sorted(p.name for p in out.glob("*.pt")) == ["epoch1.pt", "last.pt"]  # no stale epoch2.pt mixes in
+    assert load_checkpoint(out / "last.pt")["epoch"] == 1
+
+
+def test_an_unusable_output_folder_is_reported_before_anything_else(tmp_path: Path, capsys) -> None:
+    (tmp_path / "some_file").write_text("")
+    missing_data = tmp_path / "no-such-data"  # would fail too, but later: the folder is checked first
+    assert main(["train", "--out", str(tmp_path / "some_file" / "run"), "--data-dir", str(missing_data), *TRAIN_ARGS]) != 0
+    err = capsys.readouterr().err
+    assert "cannot use" in err and "some_file/run as the output folder" in err and "Traceback" not in err
+
+
+def test_too_long_sentences_are_refused_before_training(data_dir: Path, tmp_path: Path) -> None:
+    pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
+    pairs["val"] = pairs["val"] + [("Ein Mann " * 10 + "sieht einen Ball.", "A man sees a ball.")]
+    config = TrainConfig(model=ModelConfig(N=1, d_model=16, d_ff=32, h=2, max_len=60), epochs=1, max_tokens=300, warmup=10)
+    logged = []
+    with pytest.raises(ValueError, match=f"validation pair {len(pairs['val'])} needs 76 positions .*max_len=60"):
+        train(tmp_path / "run", config, pairs=pairs, progress=False, log=logged.append)
+    assert not logged and not list((tmp_path / "run").glob("*.pt"))  # refused before the first epoch
+
+
+@pytest.mark.filterwarnings("default:Multi30k file differs from the published one:UserWarning")  # this test wants it
+def test_warnings_are_one_line_in_the_console(checkpoint: Path, data_dir: Path, capsys) -> None:
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(checkpoint), "--split", "test2016", "--data-dir", str(data_dir), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "annotated-transformer evaluate: warning: Multi30k file differs from the published one" in err  # synthetic files
+    assert "warnings.warn" not in err and all(line.startswith("annotated-transformer evaluate: warning:") for line in err.splitlines())

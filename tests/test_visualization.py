@@ -111,5 +111,5 @@ def test_translate_saves_attention_pngs(checkpoint: Path, tmp_path: Path, capsys
     assert "layer 7 is out of range" in capsys.readouterr().err
     assert main(["translate", "--checkpoint", str(checkpoint), "--attention", str(tmp_path / "x.jpg"), SENTENCE]) == 2
     assert "--attention needs a .png file name" in capsys.readouterr().err
-    assert main(["translate", "--checkpoint", str(checkpoint), "--attention", str(out), "The dog sees a ball."]) == 2
+    assert main(["translate", "--checkpoint", str(checkpoint), "--attention", str(out), "The dog sees a ball."]) == 1
     assert "is the sentence in the language the model translates from" in capsys.readouterr().err
