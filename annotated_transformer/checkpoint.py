@@ -19,12 +19,13 @@ import torch
 from torch import Tensor
 
 from . import __version__
-from .data import Vocab
+from .data import Vocab, load_tokenizers
 from .model import EncoderDecoder, ModelConfig
+from .subwords import SubwordTokenizer
 
 # %% auto #0
-__all__ = ['CHECKPOINT_FORMAT', 'save_checkpoint', 'torch_load_safely', 'load_checkpoint', 'model_from_checkpoint', 'rng_state',
-           'set_rng_state', 'average_checkpoints', 'average_last']
+__all__ = ['CHECKPOINT_FORMAT', 'save_checkpoint', 'torch_load_safely', 'load_checkpoint', 'model_from_checkpoint',
+           'tokenizers_from_checkpoint', 'rng_state', 'set_rng_state', 'average_checkpoints', 'average_last']
 
 # %% ../nbs/05_1_checkpoints.ipynb #5bb78159
 CHECKPOINT_FORMAT = 1  # bump when the checkpoint layout changes
@@ -93,6 +94,18 @@ def model_from_checkpoint(
         detail = " ".join(str(error).split("\n")[1:2]).strip()
         raise ValueError(f"{source}: its weights do not fit its model configuration ({detail})") from None
     return model.eval(), src_vocab, tgt_vocab
+
+# %% ../nbs/05_1_checkpoints.ipynb #6c56646f
+def tokenizers_from_checkpoint(ckpt: dict, source: str | Path = "the checkpoint") -> tuple:
+    "The (source, target) tokenizers of a run: its subword model, shared, or spaCy's for its two languages."
+    config = ckpt.get("config", {})
+    if "tokenizer" in ckpt:
+        subwords = SubwordTokenizer.from_state_dict(ckpt["tokenizer"], source)
+        return subwords, subwords
+    if config.get("vocab_size") is not None:
+        raise ValueError(f"{source} was trained with subwords but holds no subword model (tokenizer): "
+                         f"use a checkpoint that `train` wrote, e.g. its last.pt or epochK.pt")
+    return load_tokenizers((config.get("src_lang", "de"), config.get("tgt_lang", "en")))  # checkpoints of 0.2 are de->en
 
 # %% ../nbs/05_1_checkpoints.ipynb #f9e0c7b1
 def rng_state() -> dict:

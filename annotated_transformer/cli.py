@@ -1,12 +1,21 @@
-"""The console command `annotated-transformer`: train, evaluate and translate on Multi30k.
+"""The console command `annotated-transformer`: train, evaluate and translate, on Multi30k or your own parallel text.
 
     annotated-transformer train --out runs/multi30k
+    annotated-transformer train --out runs/subwords --vocab-size 8000
+    annotated-transformer train --out runs/en-fr --src-lang en --tgt-lang fr --vocab-size 8000
+    annotated-transformer train --out runs/mine --train-src train.xx --train-tgt train.yy --valid-src val.xx --valid-tgt val.yy
+    annotated-transformer evaluate --checkpoint runs/mine/last.pt --src test.xx --ref test.yy --output test.out
     torchrun --standalone --nproc_per_node=gpu -m annotated_transformer.cli train --out runs/ddp
     annotated-transformer evaluate --checkpoint runs/multi30k/last.pt --split test2016
     annotated-transformer evaluate --checkpoint runs/multi30k/last.pt --beam 4 --average-last 5
     annotated-transformer translate --checkpoint runs/multi30k/last.pt "Ein Mann fährt Fahrrad."
     annotated-transformer translate --checkpoint runs/multi30k/last.pt --attention out.png "Ein Mann fährt Fahrrad."
     echo "Zwei Hunde spielen im Schnee." | annotated-transformer translate --checkpoint runs/multi30k/last.pt
+
+Your own data: plain-text files, one sentence a line (optionally gzipped), line i of the source file
+translated by line i of the target file; such a run uses subwords (default --vocab-size 8000), with one
+shared vocabulary and tied embeddings (§3.4, §5.1). The checkpoint carries its subword model:
+`translate` and `evaluate` need nothing else. Empty input lines give empty output lines.
 
 Hand-written (not exported from a notebook): it only parses arguments and calls the library.
 Exit status: 0 done; 2 a usage error (a bad flag value, a wrong combination: found before anything is
@@ -24,32 +33,61 @@ import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 import torch
 
-from annotated_transformer.checkpoint import average_last, load_checkpoint, model_from_checkpoint
-from annotated_transformer.data import load_multi30k
+from annotated_transformer.checkpoint import average_last, load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
+from annotated_transformer.data import Vocab, load_multi30k, read_lines
 from annotated_transformer.distributed import PRECISIONS, cleanup_distributed, default_precision, setup_distributed
-from annotated_transformer.model import ModelConfig
+from annotated_transformer.model import EncoderDecoder, ModelConfig
 from annotated_transformer.trainer import TrainConfig, train
 from annotated_transformer.translation import bleu, detokenize, translate
+
+
+DEFAULT_VOCAB_SIZE = 8000  # subwords for your own files when --vocab-size is not given
+FILE_FLAGS = ("train_src", "train_tgt", "valid_src", "valid_tgt")
+
+
+def _files(args: argparse.Namespace) -> dict[str, tuple[Path, Path]] | None:
+    "The training and validation files the flags name (all four or none), checked to exist."
+    given = [name for name in FILE_FLAGS if getattr(args, name) is not None]
+    if not given:
+        return None
+    if len(given) < len(FILE_FLAGS):
+        missing = ", ".join("--" + name.replace("_", "-") for name in FILE_FLAGS if name not in given)
+        raise UsageError(f"your own data needs all four of --train-src, --train-tgt, --valid-src and --valid-tgt: {missing} missing")
+    for name in FILE_FLAGS:
+        if not getattr(args, name).is_file():
+            raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)}: no such file")
+    return {"train": (args.train_src, args.train_tgt), "val": (args.valid_src, args.valid_tgt)}
+
+
+def _train_config(args: argparse.Namespace, files: dict | None) -> TrainConfig:
+    "The defaults (or on --resume the checkpoint's configuration) with the flags that were given."
+    overrides = {name: getattr(args, name) for name in ("epochs", "max_tokens", "accum_iter", "warmup", "seed", "src_lang", "tgt_lang")
+                 if getattr(args, name) is not None}
+    base = TrainConfig.from_dict(load_checkpoint(args.out / "last.pt")["config"]) if args.resume else TrainConfig()
+    vocab_size = args.vocab_size or (DEFAULT_VOCAB_SIZE if files and not args.resume else base.vocab_size)
+    model = base.model
+    if args.model is not None:
+        model = TrainConfig().model if args.model == "multi30k" else replace(ModelConfig.preset(args.model), norm_first=True)
+    if not args.resume:  # subwords: one shared vocabulary and the three tied weights of §3.4
+        model = replace(model, share_embeddings=vocab_size is not None)
+    overrides["model"] = model if args.dropout is None else replace(model, dropout=args.dropout)
+    return replace(base, **overrides, vocab_size=vocab_size)
 
 
 def _train(args: argparse.Namespace) -> None:
     if args.resume and args.overwrite:
         raise UsageError("--resume continues the run in --out and --overwrite replaces it: give one of them")
-    # Flags that were given override the defaults, or on --resume the checkpoint's configuration.
-    overrides = {name: getattr(args, name) for name in ("epochs", "max_tokens", "accum_iter", "warmup", "seed") if getattr(args, name) is not None}
-    base = TrainConfig.from_dict(load_checkpoint(args.out / "last.pt")["config"]) if args.resume else TrainConfig()
-    model = base.model
-    if args.model is not None:
-        model = TrainConfig().model if args.model == "multi30k" else replace(ModelConfig.preset(args.model), norm_first=True)
-    overrides["model"] = model if args.dropout is None else replace(model, dropout=args.dropout)
+    files = _files(args)
+    if files and (args.data_dir or args.src_lang or args.tgt_lang):
+        raise UsageError("--data-dir, --src-lang and --tgt-lang choose Multi30k's files: leave them out with --train-src and the others")
+    config = _train_config(args, files)
     setup = setup_distributed(args.backend, args.device)  # one process, or one of those torchrun started (Part 6)
     try:
-        train(args.out, replace(base, **overrides), data_dir=args.data_dir, resume=args.resume, overwrite=args.overwrite,
-              device=setup.device,
+        train(args.out, config, data_dir=args.data_dir, files=files, resume=args.resume, overwrite=args.overwrite, device=setup.device,
               progress=not args.quiet, precision=args.precision or default_precision(setup.device), compile=args.compile)
     finally:
         cleanup_distributed()
@@ -59,10 +97,34 @@ class UsageError(Exception):
     "A bad flag value or combination found after parsing (e.g. a --layer the checkpoint's model does not have): exit status 2."
 
 
-def _load(args: argparse.Namespace):
+class Loaded(NamedTuple):
+    "What decoding needs from a checkpoint."
+
+    model: EncoderDecoder
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    tokenizers: tuple  # (source, target)
+    config: TrainConfig
+
+
+def _load(args: argparse.Namespace) -> Loaded:
     ckpt = average_last(args.checkpoint, args.average_last) if args.average_last else load_checkpoint(args.checkpoint)
     model, src_vocab, tgt_vocab = model_from_checkpoint(ckpt, args.checkpoint)
-    return (model.to(args.device) if args.device else model), src_vocab, tgt_vocab
+    tokenizers = tokenizers_from_checkpoint(ckpt, args.checkpoint)
+    model = model.to(args.device) if args.device else model
+    return Loaded(model, src_vocab, tgt_vocab, tokenizers, TrainConfig.from_dict(ckpt["config"]))
+
+
+def _translate_lines(loaded: Loaded, lines: list[str], args: argparse.Namespace, progress: bool = False) -> list[list[str]]:
+    "Target tokens for each line; none for an empty line, so that the output lines up with the input."
+    model, src_vocab, tgt_vocab, (src_tok, _), _ = loaded
+    rows = [i for i, line in enumerate(lines) if line.strip()]
+    found = translate(model, [lines[i] for i in rows], src_vocab, tgt_vocab, src_tok, beam_size=args.beam, alpha=args.alpha,
+                      allow_unk=args.allow_unk, progress=progress) if rows else []
+    tokens: list[list[str]] = [[] for _ in lines]
+    for i, out in zip(rows, found):
+        tokens[i] = out
+    return tokens
 
 
 def _decoding(args: argparse.Namespace) -> str:
@@ -71,16 +133,41 @@ def _decoding(args: argparse.Namespace) -> str:
     return search + (f", average of the last {args.average_last} epochs" if args.average_last else "") + (", <unk> allowed" if args.allow_unk else "")
 
 
+def _evaluation_inputs(args: argparse.Namespace) -> None:
+    "Check the flags of evaluate that need no model (so before it loads)."
+    if (args.src is None) != (args.ref is None):
+        raise UsageError("--src and --ref go together: the sentences to translate and their reference translations")
+    if args.src is not None and args.split is not None:
+        raise UsageError("--split chooses a Multi30k split: leave it out with --src and --ref")
+    for flag, path in (("--src", args.src), ("--ref", args.ref)):
+        if path is not None and not path.is_file():
+            raise UsageError(f"{flag} {path}: no such file")
+    if args.output is not None and args.output.exists():
+        raise UsageError(f"--output {args.output} exists: choose another name or delete it (it is never overwritten)")
+
+
 def _evaluate(args: argparse.Namespace) -> None:
-    model, src_vocab, tgt_vocab = _load(args)
-    pairs = load_multi30k(args.split, args.data_dir)
-    hypotheses = translate(model, [de for de, _ in pairs], src_vocab, tgt_vocab, beam_size=args.beam, alpha=args.alpha,
-                           allow_unk=args.allow_unk, progress=not args.quiet)
-    print(f"{args.split} ({len(pairs)} sentences, {_decoding(args)}): {bleu(hypotheses, [en for _, en in pairs])}")
+    _evaluation_inputs(args)
+    loaded = _load(args)
+    if args.src is not None:
+        sources, references = read_lines(args.src, allow_empty=True), read_lines(args.ref, allow_empty=True)
+        if len(sources) != len(references):
+            raise ValueError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}: "
+                             f"the reference file must translate the source file line by line")
+        name = args.src.name
+    else:
+        split = args.split or "test2016"
+        pairs = load_multi30k(split, args.data_dir, langs=(loaded.config.src_lang, loaded.config.tgt_lang))
+        sources, references, name = [src for src, _ in pairs], [tgt for _, tgt in pairs], split
+    hypotheses = _translate_lines(loaded, sources, args, progress=not args.quiet)
+    if args.output is not None:
+        with open(args.output, "x", encoding="utf-8") as f:  # "x": never over a file that appeared meanwhile
+            f.writelines(detokenize(tokens, loaded.tokenizers[1]) + "\n" for tokens in hypotheses)
+    print(f"{name} ({len(sources)} sentences, {_decoding(args)}): {bleu(hypotheses, references, loaded.tokenizers[1])}")
 
 
 def _stdin_sentences() -> list[str]:
-    "The non-blank lines of standard input, decoded as UTF-8 one at a time so that an error names its line."
+    "The lines of standard input (blank ones too), decoded as UTF-8 one at a time so that an error names its line."
     binary = getattr(sys.stdin, "buffer", None)  # None where sys.stdin was replaced by a text stream (an embedding program, a test)
     sentences = []
     for number, line in enumerate(sys.stdin if binary is None else binary, start=1):
@@ -90,8 +177,7 @@ def _stdin_sentences() -> list[str]:
             except UnicodeDecodeError as error:
                 raise ValueError(f"standard input, line {number}: byte {error.object[error.start]:#04x} at position "
                                  f"{error.start + 1} is not UTF-8 text") from None
-        if line.strip():
-            sentences.append(line.rstrip("\r\n"))
+        sentences.append(line.rstrip("\r\n"))
     return sentences
 
 
@@ -105,7 +191,7 @@ def _translate_inputs(args: argparse.Namespace) -> list[str]:
     if empty:
         raise UsageError(f"sentence {empty[0]} of the arguments is empty: there is nothing to translate")
     sentences = args.sentences or _stdin_sentences()
-    if not sentences:
+    if not any(sentence.strip() for sentence in sentences):
         raise UsageError("no sentences: give them as arguments or on standard input, one a line")
     if args.attention:
         try:
@@ -118,20 +204,22 @@ def _translate_inputs(args: argparse.Namespace) -> list[str]:
 
 def _translate(args: argparse.Namespace) -> None:
     sentences = _translate_inputs(args)
-    model, src_vocab, tgt_vocab = _load(args)
+    loaded = _load(args)
+    model, src_vocab, tgt_vocab, (src_tok, tgt_tok), _ = loaded
     layers = len(model.encoder.layers)
     if args.layer is not None and not 0 <= args.layer < layers:  # before translating: nothing is printed
         raise UsageError(f"--layer {args.layer} is out of range: the model has {layers} layers, numbered 0 to {layers - 1}")
     layer = layers - 1 if args.layer is None else args.layer
-    translations = translate(model, sentences, src_vocab, tgt_vocab, beam_size=args.beam, alpha=args.alpha, allow_unk=args.allow_unk)
+    translations = _translate_lines(loaded, sentences, args)
     maps = []
     if args.attention:  # every sentence's maps before any output: a sentence they refuse stops the command with nothing printed
         from annotated_transformer.visualization import plot_sentence, sentence_attention  # seaborn loads slowly: only when asked
 
-        maps = [sentence_attention(model, s, src_vocab, tgt_vocab, translation=tokens) for s, tokens in zip(sentences, translations)]
+        maps = [sentence_attention(model, s, src_vocab, tgt_vocab, translation=tokens, tokenizer=src_tok) if s.strip() else None
+                for s, tokens in zip(sentences, translations)]
     for i, tokens in enumerate(translations, start=1):
-        print(detokenize(tokens))
-        if args.attention:
+        print(detokenize(tokens, tgt_tok))
+        if maps and maps[i - 1] is not None:
             path = args.attention if len(sentences) == 1 else args.attention.with_stem(f"{args.attention.stem}-{i}")
             plot_sentence(maps[i - 1], layer).savefig(path, dpi=100)
             print(f"attention of layer {layer} saved to {path}", file=sys.stderr)
@@ -156,6 +244,13 @@ _positive = _checked(int, lambda n: n >= 1, "a whole number at least 1")
 _seed = _checked(int, lambda n: 0 <= n < 2**32, "a whole number from 0 to 2**32 - 1")
 _alpha = _checked(float, lambda x: math.isfinite(x) and x >= 0, "a finite number at least 0")
 _dropout = _checked(float, lambda x: 0 <= x < 1, "a probability at least 0 and below 1")  # NaN fails both comparisons
+
+
+def _language(text: str) -> str:
+    "An argparse type: a language code as Multi30k's file names use it (de, en, fr, cs, ...)."
+    if not (text.isascii() and text.isalpha() and text.islower() and 2 <= len(text) <= 3):
+        raise argparse.ArgumentTypeError(f"expected a language code such as de, en or fr, got {text!r}")
+    return text
 
 
 def _device(text: str) -> str:
@@ -187,16 +282,24 @@ class _Parser(argparse.ArgumentParser):
 
 def parser() -> argparse.ArgumentParser:
     "The argument parser of `annotated-transformer`."
-    p = _Parser(prog="annotated-transformer", description="Train, evaluate and use a Transformer on Multi30k German->English.")
+    p = _Parser(prog="annotated-transformer", description="Train, evaluate and use a Transformer: Multi30k (German->English by default) "
+                "or your own parallel text.")
     sub = p.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data-dir", type=Path, help="folder with the Multi30k .gz files (default: $MULTI30K_DIR, else download)")
     common.add_argument("--device", type=_device, help="cpu, cuda, cuda:N or mps (default: train on cuda when available; decode on cpu)")
 
-    t = sub.add_parser("train", parents=[common], help="train on Multi30k, a checkpoint per epoch")
+    t = sub.add_parser("train", parents=[common], help="train on Multi30k or your own files, a checkpoint per epoch")
     t.add_argument("--out", type=Path, required=True, help="folder for checkpoints (last.pt, epochK.pt)")
     t.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     t.add_argument("--overwrite", action="store_true", help="replace the run already in OUT (its checkpoints are deleted first)")
+    for flag, what in (("--train-src", "training source"), ("--train-tgt", "training target"), ("--valid-src", "validation source"),
+                       ("--valid-tgt", "validation target")):
+        t.add_argument(flag, type=Path, metavar="FILE", help=f"your own data: the {what} sentences, one a line (plain or .gz)")
+    t.add_argument("--src-lang", type=_language, help="Multi30k's source language (default de; the folder's languages: de, en, fr, ...)")
+    t.add_argument("--tgt-lang", type=_language, help="Multi30k's target language (default en)")
+    t.add_argument("--vocab-size", type=_positive, help=f"subwords: one shared vocabulary of this size, tied embeddings "
+                   f"(default for your own files: {DEFAULT_VOCAB_SIZE}; Multi30k: words unless given)")
     t.add_argument("--model", choices=["multi30k", "tiny", "base", "big"], help="model sizes (default multi30k: N=3, d_model=256, pre-norm)")
     t.add_argument("--epochs", type=_positive, help=f"total epochs (default {TrainConfig().epochs})")
     t.add_argument("--max-tokens", type=_positive, help=f"tokens per batch (default {TrainConfig().max_tokens})")
@@ -217,13 +320,16 @@ def parser() -> argparse.ArgumentParser:
     decoding.add_argument("--average-last", type=_positive, metavar="K", help="average the weights of the checkpoint's last K epochs")
     decoding.add_argument("--allow-unk", action="store_true", help="let translations contain <unk> (default: the next best word replaces it)")
 
-    e = sub.add_parser("evaluate", parents=[common, decoding], help="BLEU of a checkpoint on a Multi30k split")
-    e.add_argument("--split", default="test2016", choices=["train", "val", "test2016"])
+    e = sub.add_parser("evaluate", parents=[common, decoding], help="BLEU of a checkpoint on a Multi30k split or on your own files")
+    e.add_argument("--split", choices=["train", "val", "test2016"], help="the Multi30k split (default test2016)")
+    e.add_argument("--src", type=Path, metavar="FILE", help="your own source sentences, one a line (plain or .gz); needs --ref")
+    e.add_argument("--ref", type=Path, metavar="FILE", help="their reference translations, line by line")
+    e.add_argument("--output", type=Path, metavar="FILE", help="write the translations here, one a line (a new file)")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
     e.set_defaults(run=_evaluate)
 
-    tr = sub.add_parser("translate", parents=[common, decoding], help="translate German sentences (arguments or stdin)")
-    tr.add_argument("sentences", nargs="*", help="German sentences; read from standard input if none")
+    tr = sub.add_parser("translate", parents=[common, decoding], help="translate sentences (arguments or stdin)")
+    tr.add_argument("sentences", nargs="*", help="source sentences; read from standard input if none, one a line")
     tr.add_argument("--attention", type=Path, metavar="PNG", help="save attention heatmaps of each sentence (OUT-1.png, ... for several)")
     tr.add_argument("--layer", type=int, help="the layer whose attention --attention draws (default: the last)")
     tr.set_defaults(run=_translate)

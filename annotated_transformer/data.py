@@ -32,8 +32,9 @@ from .training import Batch, TokenBatchSampler
 
 # %% auto #0
 __all__ = ['MULTI30K_URL', 'SPLITS', 'SHA256', 'DATA_DIR_ENV', 'STAMP_FILE', 'SPECIALS', 'split_files', 'cache_dir', 'download',
-           'file_sha256', 'cached_download', 'multi30k_paths', 'read_lines', 'load_multi30k', 'load_tokenizers',
-           'tokenize_all', 'Vocab', 'EncodedPairs', 'encode_pairs', 'collate', 'make_loader']
+           'file_sha256', 'cached_download', 'languages_in', 'multi30k_paths', 'read_lines', 'load_multi30k',
+           'read_parallel', 'load_tokenizers', 'tokenize_all', 'Vocab', 'EncodedPairs', 'encode_pairs', 'collate',
+           'make_loader']
 
 # %% ../nbs/04_data.ipynb #d6f3bf26
 MULTI30K_URL = "https://github.com/multi30k/dataset/raw/a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw/"
@@ -45,15 +46,21 @@ SHA256 = {
     "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
     "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
     "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+    "train.fr.gz": "622e75069e9f4c577425c4f277116ce66e63a2401c0a2312d90073cb12379a3c",
+    "val.fr.gz": "ca3106f1a72390591d25f6c45cb4cd39dec4cd3f123e099748a3ce5256c160e9",
+    "test_2016_flickr.fr.gz": "6d326e188d259fb1d04ac19eae3af956559b3a0b93d7635e56c90987c40c8b90",
 }
-DATA_DIR_ENV = "MULTI30K_DIR"  # names a folder holding the six files; then nothing is downloaded
+DATA_DIR_ENV = "MULTI30K_DIR"  # names a folder holding the files; then nothing is downloaded
 
 
-def split_files(split: str) -> tuple[str, str]:
-    "The (German, English) file names of a split: 'train', 'val' or 'test2016'."
+def split_files(
+    split: str,  # 'train', 'val' or 'test2016'
+    langs: Sequence[str] = ("de", "en"),  # Multi30k's language codes, source first
+) -> tuple[str, ...]:
+    "The file names of a split, one per language."
     if split not in SPLITS:
         raise ValueError(f"unknown Multi30k split {split!r}; choose one of {list(SPLITS)}")
-    return f"{SPLITS[split]}.de.gz", f"{SPLITS[split]}.en.gz"
+    return tuple(f"{SPLITS[split]}.{lang}.gz" for lang in langs)
 
 
 def cache_dir() -> Path:
@@ -135,6 +142,9 @@ def file_sha256(path: Path) -> str:
 # %% ../nbs/04_data.ipynb #0f6d3b85
 def cached_download(name: str, base_url: str = MULTI30K_URL) -> Path:
     "The cache's copy of Multi30k file `name`, downloaded if missing; a copy that differs from the published file is an error."
+    if name not in SHA256:  # nothing to verify a download against
+        raise ValueError(f"no published SHA-256 is known for {name}, so it is not downloaded: fetch {base_url + name} "
+                         f"yourself into a folder and pass --data-dir (data_dir= in Python)")
     dest = cache_dir() / name
     if dest.is_file():
         if (sha256 := file_sha256(dest)) != SHA256[name]:
@@ -151,34 +161,55 @@ def cached_download(name: str, base_url: str = MULTI30K_URL) -> Path:
     return dest
 
 # %% ../nbs/04_data.ipynb #9a4c27d1
-def multi30k_paths(split: str, data_dir: str | Path | None = None, base_url: str = MULTI30K_URL) -> tuple[Path, Path]:
-    "The (German, English) files of `split`: from `data_dir` (or $MULTI30K_DIR) if given, else from the cache."
-    names = split_files(split)
+def languages_in(folder: Path) -> list[str]:
+    "The language codes of the Multi30k training files in `folder` (train.de.gz -> de)."
+    return sorted(p.name.split(".")[1] for p in Path(folder).glob("train.*.gz"))
+
+
+def multi30k_paths(
+    split: str,
+    data_dir: str | Path | None = None,
+    base_url: str = MULTI30K_URL,
+    langs: Sequence[str] = ("de", "en"),  # source and target language
+) -> tuple[Path, ...]:
+    "The files of `split` in `langs`: from `data_dir` (or $MULTI30K_DIR) if given, else from the cache."
+    names = split_files(split, langs)
     data_dir = data_dir or os.environ.get(DATA_DIR_ENV)
     if not data_dir:
         return tuple(cached_download(name, base_url) for name in names)
     paths = tuple(Path(data_dir) / name for name in names)
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
-        raise FileNotFoundError(f"Multi30k file(s) missing: {', '.join(missing)}; the folder must hold {', '.join(sorted(SHA256))}")
+        found = ", ".join(languages_in(data_dir)) or "none"
+        raise FileNotFoundError(f"Multi30k file(s) missing: {', '.join(missing)} (the folder's languages: {found})")
     for path in paths:
-        if (sha256 := file_sha256(path)) != SHA256[path.name]:
+        if path.name in SHA256 and (sha256 := file_sha256(path)) != SHA256[path.name]:  # a file with no published hash is used as it is
             warnings.warn(f"Multi30k file differs from the published one: {path} has SHA-256 {sha256}, "
                           f"the published {path.name} {SHA256[path.name]}; it is used as it is")
     return paths
 
 # %% ../nbs/04_data.ipynb #5c542d2e
-def read_lines(path: Path) -> list[str]:
-    "The lines of a gzipped UTF-8 text file, without line endings; a damaged file, invalid or empty lines are errors."
+def _open_text(path: Path):
+    "A binary file object of `path`'s text: decompressed if its name ends in .gz or its first bytes are gzip's."
+    with open(path, "rb") as f:
+        gzipped = path.suffix == ".gz" or f.read(2) == b"\x1f\x8b"
+    return gzip.open(path, "rb") if gzipped else open(path, "rb")
+
+
+def read_lines(
+    path: Path,
+    allow_empty: bool = False,  # keep empty lines (as "") instead of refusing them
+) -> list[str]:
+    "The lines of a UTF-8 text file, plain or gzipped, without line endings; a damaged file and invalid lines are errors."
     lines = []
     try:
-        with gzip.open(path, "rb") as f:
+        with _open_text(path) as f:
             for number, raw in enumerate(f, start=1):
                 try:
                     line = raw.decode("utf-8").rstrip("\r\n")
                 except UnicodeDecodeError as error:
                     raise ValueError(f"{path}:{number}: invalid UTF-8 ({error.reason} at byte {error.start})") from None
-                if not line.strip():
+                if not (allow_empty or line.strip()):
                     raise ValueError(f"{path}:{number}: empty line; every line must hold a sentence")
                 lines.append(line)
     except (gzip.BadGzipFile, EOFError, zlib.error) as error:  # not gzip, cut off, a failed checksum or damaged data
@@ -187,24 +218,46 @@ def read_lines(path: Path) -> list[str]:
     return lines
 
 
-def load_multi30k(split: str, data_dir: str | Path | None = None, base_url: str = MULTI30K_URL) -> list[tuple[str, str]]:
-    "The (German, English) sentence pairs of a Multi30k split: 'train', 'val' or 'test2016'."
-    de_path, en_path = multi30k_paths(split, data_dir, base_url)
-    de, en = read_lines(de_path), read_lines(en_path)
-    if len(de) != len(en):
-        raise ValueError(f"{de_path} has {len(de)} lines but {en_path} has {len(en)}: the files must be line-aligned translations")
-    return list(zip(de, en))
+def _aligned(src_path: Path, src: list[str], tgt_path: Path, tgt: list[str]) -> list[tuple[str, str]]:
+    "The pairs of two files' lines, which must be as many."
+    if len(src) != len(tgt):
+        raise ValueError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: the files must be line-aligned translations")
+    return list(zip(src, tgt))
+
+
+def load_multi30k(
+    split: str,
+    data_dir: str | Path | None = None,
+    base_url: str = MULTI30K_URL,
+    langs: Sequence[str] = ("de", "en"),  # source and target language
+) -> list[tuple[str, str]]:
+    "The (source, target) sentence pairs of a Multi30k split: 'train', 'val' or 'test2016'."
+    src_path, tgt_path = multi30k_paths(split, data_dir, base_url, langs)
+    return _aligned(src_path, read_lines(src_path), tgt_path, read_lines(tgt_path))
+
+
+def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[tuple[str, str]], int]:
+    "The sentence pairs of two line-aligned text files (plain or gzipped) without those with an empty side, and how many those were."
+    src_path, tgt_path = Path(src_path), Path(tgt_path)
+    lines = _aligned(src_path, read_lines(src_path, allow_empty=True), tgt_path, read_lines(tgt_path, allow_empty=True))
+    pairs = [(src, tgt) for src, tgt in lines if src.strip() and tgt.strip()]
+    return pairs, len(lines) - len(pairs)
 
 # %% ../nbs/04_data.ipynb #f47eef0d
-def load_tokenizers():
-    "spaCy's rule-based German and English tokenizers (no model download)."
+def load_tokenizers(langs: Sequence[str] = ("de", "en")) -> tuple:
+    "spaCy's rule-based tokenizers of `langs` (no model download): German and English by default."
     import spacy  # imported here: spaCy takes a second to import and only tokenization needs it
 
-    return spacy.blank("de").tokenizer, spacy.blank("en").tokenizer
+    try:
+        return tuple(spacy.blank(lang).tokenizer for lang in langs)
+    except ImportError:
+        raise ValueError(f"spaCy has no tokenizer for one of the languages {list(langs)}: use subwords (Part 4.1) instead") from None
 
 
 def tokenize_all(texts: Sequence[str], tokenizer, progress: bool = True) -> list[list[str]]:
-    "Token strings of every text, with an optional progress bar."
+    "Token strings of every text: with a spaCy tokenizer (and an optional progress bar), or one that has `tokenize(texts)` (Part 4.1)."
+    if hasattr(tokenizer, "tokenize"):  # subwords: fast enough to need no progress bar
+        return tokenizer.tokenize(texts)
     docs = tqdm(tokenizer.pipe(texts, batch_size=1000), total=len(texts), desc="tokenizing", disable=not progress, leave=False)
     return [[t.text for t in doc] for doc in docs]
 

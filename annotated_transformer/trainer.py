@@ -7,6 +7,8 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/multi30k.htm
 # %% ../nbs/05_multi30k.ipynb #75d27619
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import random
 import socket
@@ -21,21 +23,23 @@ import torch
 import torch.distributed as dist
 from filelock import FileLock, Timeout
 
-from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from .data import EncodedPairs, Vocab, encode_pairs, load_multi30k, load_tokenizers, make_loader, tokenize_all
+from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state, tokenizers_from_checkpoint
+from .data import (EncodedPairs, Vocab, encode_pairs, file_sha256, load_multi30k, load_tokenizers, make_loader,
+                                        read_parallel, tokenize_all)
 from .distributed import PRECISIONS, gather_objects, make_scaler, rank_and_world, wrap_for_training
 from .model import EncoderDecoder, ModelConfig, count_parameters
+from .subwords import SubwordTokenizer, shared_vocab
 from .training import Batch, LabelSmoothing, TrainState, noam_optimizer, run_epoch
 from .translation import bleu, translate
 
 # %% auto #0
-__all__ = ['VAL_EXTRA', 'TrainConfig', 'existing_run', 'claim_run_folder', 'resumed_config', 'restore', 'validate',
-           'check_lengths', 'save_epoch', 'train']
+__all__ = ['VAL_EXTRA', 'TrainConfig', 'existing_run', 'claim_run_folder', 'resumed_config', 'load_pairs', 'check_same_data',
+           'new_tokenizers', 'build_vocabularies', 'restore', 'validate', 'check_lengths', 'save_epoch', 'train']
 
 # %% ../nbs/05_multi30k.ipynb #a596de03
 @dataclass(frozen=True)
 class TrainConfig:
-    "Everything a Multi30k training run needs besides the data; stored in every checkpoint."
+    "Everything a training run needs besides the data; stored in every checkpoint."
 
     model: ModelConfig = field(default_factory=lambda: ModelConfig(N=3, d_model=256, d_ff=1024, h=8, dropout=0.1, norm_first=True))
     epochs: int = 20
@@ -46,6 +50,9 @@ class TrainConfig:
     smoothing: float = 0.1  # label smoothing (§5.4)
     max_grad_norm: float | None = 1.0
     seed: int = 0
+    src_lang: str = "de"  # Multi30k's language codes (and spaCy's, for words)
+    tgt_lang: str = "en"
+    vocab_size: int | None = None  # subwords: one shared vocabulary of this size (§5.1); None: words, one vocabulary per language
 
     def __post_init__(self):
         for name in ("epochs", "max_tokens", "accum_iter", "warmup"):
@@ -53,6 +60,10 @@ class TrainConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0.0 <= self.smoothing < 1.0:
             raise ValueError(f"smoothing must be in [0, 1), got {self.smoothing}")
+        if self.vocab_size is not None and self.vocab_size < 1:
+            raise ValueError(f"vocab_size must be at least 1, got {self.vocab_size}")
+        if self.model.share_embeddings and self.vocab_size is None:
+            raise ValueError("share_embeddings needs one vocabulary for both languages: set vocab_size (subwords)")
 
     def to_dict(self) -> dict:
         "Plain data, for checkpoints."
@@ -101,12 +112,69 @@ def claim_run_folder(
         lock.release()
 
 # %% ../nbs/05_multi30k.ipynb #6599756d
+def _flat(config: dict) -> dict:
+    "A configuration's settings, the model's ones prefixed with 'model.'."
+    return {**{k: v for k, v in config.items() if k != "model"}, **{f"model.{k}": v for k, v in config["model"].items()}}
+
+
 def resumed_config(ckpt: dict, config: TrainConfig | None, path: Path) -> TrainConfig:
     "The stored configuration of a run being resumed, with `config`'s epochs; other differences are errors."
     stored = TrainConfig.from_dict(ckpt["config"])
     if config is not None and replace(config, epochs=stored.epochs) != stored:
-        raise ValueError(f"--resume with a different configuration than {path} was trained with: {stored}")
+        given, kept = _flat(config.to_dict()), _flat(stored.to_dict())
+        differences = [f"{k}={given[k]!r} (the run has {kept[k]!r})" for k in given if k != "epochs" and given[k] != kept[k]]
+        raise ValueError(f"--resume with another configuration than {path} was trained with: {', '.join(differences)}")
     return replace(stored, epochs=config.epochs if config is not None else stored.epochs)
+
+# %% ../nbs/05_multi30k.ipynb #df9c7315
+def load_pairs(
+    config: TrainConfig,
+    data_dir: str | Path | None,  # the Multi30k folder; $MULTI30K_DIR or a download if None
+    files: dict[str, tuple[Path, Path]] | None,  # {"train": (source, target), "val": (source, target)}; None: Multi30k
+    log: Callable[[str], None],
+) -> tuple[dict[str, list[tuple[str, str]]], dict]:
+    "The training and validation pairs, and where they came from (for the checkpoint)."
+    if files is None:
+        langs = (config.src_lang, config.tgt_lang)
+        return {split: load_multi30k(split, data_dir, langs=langs) for split in ("train", "val")}, {"multi30k": list(langs)}
+    pairs, origin = {}, {}
+    for split, (src, tgt) in files.items():
+        pairs[split], skipped = read_parallel(src, tgt)
+        if not pairs[split]:
+            raise ValueError(f"{src} and {tgt} hold no sentence pairs")
+        if skipped:
+            log(f"{split}: skipped {skipped:,} pairs with an empty line on one side or both ({src}, {tgt})")
+        origin[split] = {"files": [str(src), str(tgt)], "sha256": [file_sha256(Path(src)), file_sha256(Path(tgt))]}
+    return pairs, origin
+
+
+def _describe(origin: dict) -> str:
+    "Where a run's data came from, in words."
+    return "; ".join(f"{split}: {' and '.join(d['files']) if isinstance(d, dict) else d}" for split, d in origin.items())
+
+
+def check_same_data(trained_on: dict, now: dict, path: Path) -> None:
+    "Refuse to resume a run on other data than it was trained on, naming what differs."
+    contents = [{split: d["sha256"] if isinstance(d, dict) else d for split, d in origin.items()} for origin in (trained_on, now)]
+    if contents[0] != contents[1]:
+        raise ValueError(f"--resume with other data than {path} was trained on ({_describe(trained_on)}), "
+                         f"now {_describe(now)}: resume with the same data, or train a new run")
+
+# %% ../nbs/05_multi30k.ipynb #26113847
+def new_tokenizers(config: TrainConfig, train_pairs: list[tuple[str, str]]) -> tuple:
+    "The (source, target) tokenizers of a new run: spaCy's, or one subword model learned from both sides of `train_pairs`."
+    if config.vocab_size is None:
+        return load_tokenizers((config.src_lang, config.tgt_lang))
+    subwords = SubwordTokenizer.train([text for pair in train_pairs for text in pair], config.vocab_size)
+    return subwords, subwords
+
+
+def build_vocabularies(config: TrainConfig, tokenizers: tuple, train_tokens: list[list[list[str]]]) -> tuple[Vocab, Vocab]:
+    "The source and target vocabularies of a new run: the subword model's, shared, or each language's tokens seen twice."
+    if config.vocab_size is not None:
+        vocab = shared_vocab(tokenizers[0])
+        return vocab, vocab
+    return Vocab.build(train_tokens[0]), Vocab.build(train_tokens[1])
 
 # %% ../nbs/05_multi30k.ipynb #b5c26f61
 def restore(
@@ -143,7 +211,7 @@ def validate(
     pairs: list[tuple[str, str]],  # the validation sentences, translated for BLEU
     src_vocab: Vocab,
     tgt_vocab: Vocab,
-    tokenizers: tuple,  # (source, target) spaCy tokenizers
+    tokenizers: tuple,  # (source, target): spaCy's, or one subword model twice
     device: torch.device,
     progress: bool,
 ) -> tuple[float, float]:
@@ -172,7 +240,8 @@ def check_lengths(
 def save_epoch(out_dir: Path, ckpt: dict, keep_epochs: int) -> None:
     "Write epoch{k}.pt and last.pt for the epoch that `ckpt` ends, keeping `keep_epochs` epoch files."
     epoch = ckpt["epoch"]
-    weights_only = {k: ckpt[k] for k in ("config", "model", "epoch", "history", "src_vocab", "tgt_vocab", "run_id")}
+    kept = ("config", "model", "epoch", "history", "src_vocab", "tgt_vocab", "tokenizer", "data", "run_id")
+    weights_only = {k: ckpt[k] for k in kept if k in ckpt}  # tokenizer: subword runs only
     save_checkpoint(out_dir / f"epoch{epoch}.pt", **weights_only)
     save_checkpoint(out_dir / "last.pt", **ckpt)
     (out_dir / f"epoch{epoch - keep_epochs}.pt").unlink(missing_ok=True)
@@ -185,14 +254,15 @@ def train(
     resume: bool = False,  # continue from out_dir/last.pt
     overwrite: bool = False,  # replace a run already in out_dir (its checkpoints are deleted first)
     device: str | torch.device | None = None,  # "cuda" when available, else "cpu"
-    pairs: dict[str, list[tuple[str, str]]] | None = None,  # {"train": ..., "val": ...} instead of Multi30k
+    files: dict[str, tuple[Path, Path]] | None = None,  # {"train": (source, target), "val": ...} text files instead of Multi30k
+    pairs: dict[str, list[tuple[str, str]]] | None = None,  # {"train": ..., "val": ...} sentence pairs instead of files
     keep_epochs: int = 5,  # weights-only checkpoints of the last epochs to keep, for averaging
     progress: bool = True,
     log: Callable[[str], None] = print,
     precision: str = "fp32",  # "bf16", or "fp16" with a gradient scaler: mixed precision (Part 6)
     compile: bool = False,  # torch.compile the model (Part 6)
 ) -> dict | None:
-    "Train on Multi30k (or the given pairs), alone or as one of several processes; the last checkpoint's contents (None on all but the first process)."
+    "Train on Multi30k (or the given files or pairs), alone or as one of several processes; the last checkpoint's contents (None on all but the first process)."
     out_dir, device = Path(out_dir), torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     rank, world = rank_and_world()
     is_main = rank == 0
@@ -203,14 +273,19 @@ def train(
         torch.manual_seed(config.seed + rank)  # rank 0's initial weights are everyone's (DDP copies them); dropout differs
         random.seed(config.seed + rank)
 
-        pairs = pairs or {split: load_multi30k(split, data_dir) for split in ("train", "val")}
-        tokenizers = load_tokenizers()
+        if pairs is None:
+            pairs, origin = load_pairs(config, data_dir, files, log)
+        else:  # given in Python: known by their contents
+            origin = {"pairs": hashlib.sha256(json.dumps(pairs, sort_keys=True).encode()).hexdigest()}
+        if ckpt is not None and "data" in ckpt:  # checkpoints of version 0.2 do not say
+            check_same_data(ckpt["data"], origin, out_dir / "last.pt")
+        tokenizers = tokenizers_from_checkpoint(ckpt, out_dir / "last.pt") if ckpt is not None else new_tokenizers(config, pairs["train"])
         tokens = {split: [tokenize_all([p[side] for p in split_pairs], tokenizers[side], progress) for side in (0, 1)]
                   for split, split_pairs in pairs.items()}
         if ckpt is not None:
             src_vocab, tgt_vocab = Vocab.from_state_dict(ckpt["src_vocab"]), Vocab.from_state_dict(ckpt["tgt_vocab"])
         else:
-            src_vocab, tgt_vocab = Vocab.build(tokens["train"][0]), Vocab.build(tokens["train"][1])
+            src_vocab, tgt_vocab = build_vocabularies(config, tokenizers, tokens["train"])
         run_id = ckpt.get("run_id") if ckpt is not None else uuid.uuid4().hex  # checkpoints of version 0.1 have none
         train_data, val_data = (encode_pairs(*tokens[split], src_vocab, tgt_vocab) for split in ("train", "val"))
         check_lengths(train_data, "training", config.model.max_len)
@@ -246,7 +321,8 @@ def train(
                     f"({time.time() - start:.0f} s)")
                 ckpt = dict(config=config.to_dict(), model=model.state_dict(), optimizer=optimizer.state_dict(),
                             scheduler=scheduler.state_dict(), train_state=asdict(state), epoch=epoch + 1, history=history,
-                            rng=rng, src_vocab=src_vocab.state_dict(), tgt_vocab=tgt_vocab.state_dict(), run_id=run_id,
+                            rng=rng, src_vocab=src_vocab.state_dict(), tgt_vocab=tgt_vocab.state_dict(), run_id=run_id, data=origin,
+                            **({"tokenizer": tokenizers[0].state_dict()} if config.vocab_size is not None else {}),
                             **({"scaler": scaler.state_dict()} if scaler is not None else {}))
                 save_epoch(out_dir, ckpt, keep_epochs)
             if world > 1:

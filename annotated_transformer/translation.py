@@ -28,8 +28,13 @@ _NO_SPACE_BEFORE = re.compile(r"^(?:[.,!?;:%)\]}]|'s|'re|'ve|'ll|'d|'m|n't|')$",
 _NO_SPACE_AFTER = {"(", "[", "{", "$"}
 
 
-def detokenize(tokens: Sequence[str]) -> str:
-    "Join English tokens into a sentence, undoing spaCy's splits."
+def detokenize(
+    tokens: Sequence[str],
+    tokenizer=None,  # the target side's: a subword model joins its own pieces; otherwise English rules
+) -> str:
+    "Join tokens into a sentence: a subword model's pieces losslessly, spaCy's English tokens by undoing its splits."
+    if hasattr(tokenizer, "detokenize"):
+        return tokenizer.detokenize(tokens)
     out, open_quote = "", False
     for i, token in enumerate(tokens):
         glue = i == 0 or bool(_NO_SPACE_BEFORE.match(token)) or out.endswith(tuple(_NO_SPACE_AFTER))
@@ -44,10 +49,10 @@ def detokenize(tokens: Sequence[str]) -> str:
 # %% ../nbs/05_2_translation.ipynb #02cf0b58
 def translate(
     model: EncoderDecoder,
-    sentences: Sequence[str],  # German sentences
+    sentences: Sequence[str],  # source sentences
     src_vocab: Vocab,
     tgt_vocab: Vocab,
-    tokenizer=None,  # German tokenizer; spaCy's by default
+    tokenizer=None,  # the source side's: spaCy's German by default, or a subword model (Part 4.1)
     max_extra: int = 50,  # output at most this many tokens longer than the input (§6.1)
     batch_size: int = 128,  # sentences decoded together
     beam_size: int = 1,  # 1: greedy search; the paper uses 4
@@ -55,7 +60,7 @@ def translate(
     allow_unk: bool = False,  # let the output contain <unk>; by default the next best word stands in for it
     progress: bool = False,
 ) -> list[list[str]]:
-    "English tokens for each German sentence (greedy or beam search), decoded in batches of similar length."
+    "Target tokens for each source sentence (greedy or beam search), decoded in batches of similar length."
     if any(not s.strip() for s in sentences):
         empty = next(i for i, s in enumerate(sentences) if not s.strip())
         raise ValueError(f"sentence {empty} is empty: there is nothing to translate")
@@ -92,19 +97,26 @@ class BleuScores:
 
     sacrebleu: float  # cased, detokenized, 13a
     signature: str  # sacreBLEU's description of how `sacrebleu` was computed
-    tokenized_lowercase: float  # spaCy tokens, lowercased, tokenize="none"
+    tokenized_lowercase: float | None  # spaCy tokens, lowercased, tokenize="none"; None for subwords
 
     def __str__(self) -> str:
-        return f"sacreBLEU {self.sacrebleu:.2f} ({self.signature}); tokenized lowercased BLEU {self.tokenized_lowercase:.2f}"
+        lower = f"; tokenized lowercased BLEU {self.tokenized_lowercase:.2f}" if self.tokenized_lowercase is not None else ""
+        return f"sacreBLEU {self.sacrebleu:.2f} ({self.signature}){lower}"
 
 
-def bleu(hypotheses: Sequence[Sequence[str]], references: Sequence[str], tokenizer=None) -> BleuScores:
-    "Both BLEU scores of hypothesis token lists against raw reference sentences."
+def bleu(
+    hypotheses: Sequence[Sequence[str]],  # target tokens
+    references: Sequence[str],  # raw sentences
+    tokenizer=None,  # the target side's: spaCy's English by default, or a subword model
+) -> BleuScores:
+    "BLEU scores of hypothesis token lists against raw reference sentences."
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
     tokenizer = tokenizer or load_tokenizers()[1]
     metric = sacrebleu.metrics.BLEU()
-    cased = metric.corpus_score([detokenize(h) for h in hypotheses], [list(references)])
+    cased = metric.corpus_score([detokenize(h, tokenizer) for h in hypotheses], [list(references)])
+    if hasattr(tokenizer, "detokenize"):  # subwords
+        return BleuScores(cased.score, str(metric.get_signature()), None)
     ref_tokens = tokenize_all(references, tokenizer, progress=False)
     # force=True: sacreBLEU warns about tokenized input, which this score uses on purpose
     lower = sacrebleu.metrics.BLEU(tokenize="none", lowercase=True, force=True).corpus_score(
