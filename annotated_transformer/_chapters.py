@@ -12,6 +12,7 @@ import os
 import random
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from filelock import FileLock
@@ -25,7 +26,7 @@ from annotated_transformer.trainer import TrainConfig, train
 ROOT = Path(__file__).resolve().parent.parent  # the repository root (the notebooks run from nbs/)
 FULL_RUN_ENV = "MULTI30K_RUN"  # names the folder of a full run for the notebooks to decode
 CPU_CONFIG = TrainConfig(  # the notebooks' model when no full run is given: about 5 minutes on 2 CPU cores
-    model=ModelConfig(N=2, d_model=128, d_ff=512, h=4, dropout=0.1, norm_first=True), epochs=3, max_tokens=2048, warmup=300
+    model=replace(ModelConfig.preset("small"), norm_first=True), epochs=3, max_tokens=2048, warmup=300
 )
 
 

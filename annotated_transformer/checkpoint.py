@@ -11,7 +11,7 @@ import os
 import pickle
 import random
 import re
-import tempfile
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -35,11 +35,11 @@ def save_checkpoint(path: str | Path, **state) -> None:
     "Write `state` (plus format and package version) to `path` atomically: a failed write leaves the old file intact."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # a temporary name of its own: two writers never write into one file
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    tmp = Path(tmp_name)
+    # a temporary name of its own ("x": never an existing file), so two writers never write into one file; unlike mkstemp's
+    # private files, it gets the permissions of any new file (the umask's), as the renamed checkpoint should
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
+        with open(tmp, "xb") as f:
             torch.save({"format": CHECKPOINT_FORMAT, "version": __version__, **state}, f)
             f.flush()
             os.fsync(f.fileno())  # on the disk before it takes the old file's place

@@ -11,38 +11,55 @@
     annotated-transformer translate --checkpoint runs/multi30k/last.pt "Ein Mann fährt Fahrrad."
     annotated-transformer translate --checkpoint runs/multi30k/last.pt --attention out.png "Ein Mann fährt Fahrrad."
     echo "Zwei Hunde spielen im Schnee." | annotated-transformer translate --checkpoint runs/multi30k/last.pt
+    producer | annotated-transformer translate --checkpoint runs/multi30k/last.pt --buffer-size 1 | consumer
+    annotated-transformer translate --checkpoint runs/multi30k/last.pt --beam 4 --nbest 4 --output nbest.tsv < test.de
 
 Your own data: plain-text files, one sentence a line (optionally gzipped), line i of the source file
 translated by line i of the target file; such a run uses subwords (default --vocab-size 8000), with one
 shared vocabulary and tied embeddings (§3.4, §5.1). The checkpoint carries its subword model:
 `translate` and `evaluate` need nothing else. Empty input lines give empty output lines.
 
+`translate` streams standard input: it translates and prints (flushed) every --buffer-size lines (default
+100) as they arrive, so it fits a pipeline, answers as you type with --buffer-size 1, and its memory does not
+grow with the input. --nbest K prints the K best translations of each sentence with their scores, tab-separated.
+
 Hand-written (not exported from a notebook): it only parses arguments and calls the library.
 Exit status: 0 done; 2 a usage error (a bad flag value, a wrong combination: found before anything is
 loaded where possible); 1 a failure the library reports (a missing or corrupt file, a checkpoint or data
-that cannot be used). Either way one line on standard error, `annotated-transformer COMMAND: error: ...`.
+that cannot be used). Either way one line on standard error, `annotated-transformer COMMAND: error: ...`
+(with `--debug`, Python's traceback instead, for a bug report).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import math
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple, NoReturn
+from typing import NamedTuple, NoReturn, TextIO
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+import sacrebleu
 import torch
 
+from annotated_transformer import __version__
 from annotated_transformer.checkpoint import average_last, load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
 from annotated_transformer.data import Vocab, load_multi30k, read_lines
 from annotated_transformer.distributed import PRECISIONS, cleanup_distributed, default_precision, setup_distributed
 from annotated_transformer.model import EncoderDecoder, ModelConfig
 from annotated_transformer.trainer import TrainConfig, train
-from annotated_transformer.translation import bleu, detokenize, translate
+from annotated_transformer.translation import bleu, detokenize, translate_nbest
 
 
 DEFAULT_VOCAB_SIZE = 8000  # subwords for your own files when --vocab-size is not given
@@ -63,16 +80,33 @@ def _files(args: argparse.Namespace) -> dict[str, tuple[Path, Path]] | None:
     return {"train": (args.train_src, args.train_tgt), "val": (args.valid_src, args.valid_tgt)}
 
 
+def _config_file(path: Path) -> TrainConfig:
+    "A training configuration from a JSON or TOML file: any of `TrainConfig`'s settings (the model's under 'model'), the rest default."
+    if not path.is_file():
+        raise UsageError(f"--config {path}: no such file")
+    try:
+        settings = tomllib.loads(path.read_text()) if path.suffix == ".toml" else json.loads(path.read_text())
+        defaults = TrainConfig().to_dict()
+        return TrainConfig.from_dict({**defaults, **settings, "model": {**defaults["model"], **settings.get("model", {})}})
+    except (ValueError, TypeError, AttributeError) as error:  # not JSON/TOML, an unknown setting, a bad value, not a table
+        raise ValueError(f"--config {path}: {error}") from None
+
+
 def _train_config(args: argparse.Namespace, files: dict | None) -> TrainConfig:
-    "The defaults (or on --resume the checkpoint's configuration) with the flags that were given."
+    "The defaults, the --config file or on --resume the checkpoint's configuration, with the flags that were given."
+    if args.resume and args.config:
+        raise UsageError("--config sets up a new run; a resumed run keeps the configuration in its checkpoint")
     overrides = {name: getattr(args, name) for name in ("epochs", "max_tokens", "accum_iter", "warmup", "seed", "src_lang", "tgt_lang")
                  if getattr(args, name) is not None}
-    base = TrainConfig.from_dict(load_checkpoint(args.out / "last.pt")["config"]) if args.resume else TrainConfig()
-    vocab_size = args.vocab_size or (DEFAULT_VOCAB_SIZE if files and not args.resume else base.vocab_size)
+    if args.resume:
+        base = TrainConfig.from_dict(load_checkpoint(args.out / "last.pt")["config"])
+    else:
+        base = _config_file(args.config) if args.config else TrainConfig()
+    vocab_size = args.vocab_size or base.vocab_size or (DEFAULT_VOCAB_SIZE if files and not args.resume else None)
     model = base.model
     if args.model is not None:
         model = TrainConfig().model if args.model == "multi30k" else replace(ModelConfig.preset(args.model), norm_first=True)
-    if not args.resume:  # subwords: one shared vocabulary and the three tied weights of §3.4
+    if not (args.resume or args.config):  # subwords: one shared vocabulary and the three tied weights of §3.4
         model = replace(model, share_embeddings=vocab_size is not None)
     overrides["model"] = model if args.dropout is None else replace(model, dropout=args.dropout)
     return replace(base, **overrides, vocab_size=vocab_size)
@@ -88,7 +122,8 @@ def _train(args: argparse.Namespace) -> None:
     setup = setup_distributed(args.backend, args.device)  # one process, or one of those torchrun started (Part 6)
     try:
         train(args.out, config, data_dir=args.data_dir, files=files, resume=args.resume, overwrite=args.overwrite, device=setup.device,
-              progress=not args.quiet, precision=args.precision or default_precision(setup.device), compile=args.compile)
+              progress=not args.quiet, precision=args.precision or default_precision(setup.device), compile=args.compile,
+              tensorboard=args.tensorboard)
     finally:
         cleanup_distributed()
 
@@ -115,22 +150,34 @@ def _load(args: argparse.Namespace) -> Loaded:
     return Loaded(model, src_vocab, tgt_vocab, tokenizers, TrainConfig.from_dict(ckpt["config"]))
 
 
-def _translate_lines(loaded: Loaded, lines: list[str], args: argparse.Namespace, progress: bool = False) -> list[list[str]]:
-    "Target tokens for each line; none for an empty line, so that the output lines up with the input."
+def _scored_lines(loaded: Loaded, lines: list[str], args: argparse.Namespace, nbest: int = 1,
+                  progress: bool = False) -> list[list[tuple[list[str], float]]]:
+    "The `nbest` best (target tokens, score) of each line, best first; none for an empty line, so that the output lines up with the input."
     model, src_vocab, tgt_vocab, (src_tok, _), _ = loaded
     rows = [i for i, line in enumerate(lines) if line.strip()]
-    found = translate(model, [lines[i] for i in rows], src_vocab, tgt_vocab, src_tok, beam_size=args.beam, alpha=args.alpha,
-                      allow_unk=args.allow_unk, progress=progress) if rows else []
-    tokens: list[list[str]] = [[] for _ in lines]
-    for i, out in zip(rows, found):
-        tokens[i] = out
-    return tokens
+    found = translate_nbest(model, [lines[i] for i in rows], src_vocab, tgt_vocab, src_tok, beam_size=args.beam, nbest=nbest,
+                            alpha=args.alpha, allow_unk=args.allow_unk, progress=progress) if rows else []
+    scored: list[list[tuple[list[str], float]]] = [[] for _ in lines]
+    for i, best in zip(rows, found):
+        scored[i] = best
+    return scored
+
+
+def _translate_lines(loaded: Loaded, lines: list[str], args: argparse.Namespace, progress: bool = False) -> list[list[str]]:
+    "Target tokens for each line; none for an empty line, so that the output lines up with the input."
+    return [best[0][0] if best else [] for best in _scored_lines(loaded, lines, args, progress=progress)]
 
 
 def _decoding(args: argparse.Namespace) -> str:
     "How the output was made, for the report line."
     search = "greedy" if args.beam == 1 else f"beam {args.beam}, alpha {args.alpha}"
     return search + (f", average of the last {args.average_last} epochs" if args.average_last else "") + (", <unk> allowed" if args.allow_unk else "")
+
+
+def _check_new_output(path: Path | None) -> None:
+    "Refuse an --output file that exists: the command never overwrites one."
+    if path is not None and path.exists():
+        raise UsageError(f"--output {path} exists: choose another name or delete it (it is never overwritten)")
 
 
 def _evaluation_inputs(args: argparse.Namespace) -> None:
@@ -142,8 +189,7 @@ def _evaluation_inputs(args: argparse.Namespace) -> None:
     for flag, path in (("--src", args.src), ("--ref", args.ref)):
         if path is not None and not path.is_file():
             raise UsageError(f"{flag} {path}: no such file")
-    if args.output is not None and args.output.exists():
-        raise UsageError(f"--output {args.output} exists: choose another name or delete it (it is never overwritten)")
+    _check_new_output(args.output)
 
 
 def _evaluate(args: argparse.Namespace) -> None:
@@ -163,13 +209,24 @@ def _evaluate(args: argparse.Namespace) -> None:
     if args.output is not None:
         with open(args.output, "x", encoding="utf-8") as f:  # "x": never over a file that appeared meanwhile
             f.writelines(detokenize(tokens, loaded.tokenizers[1]) + "\n" for tokens in hypotheses)
-    print(f"{name} ({len(sources)} sentences, {_decoding(args)}): {bleu(hypotheses, references, loaded.tokenizers[1])}")
+    if args.json:
+        print(json.dumps(_json_result(args, name, hypotheses, references, loaded.tokenizers[1])))
+    else:
+        print(f"{name} ({len(sources)} sentences, {_decoding(args)}): {bleu(hypotheses, references, loaded.tokenizers[1])}")
 
 
-def _stdin_sentences() -> list[str]:
-    "The lines of standard input (blank ones too), decoded as UTF-8 one at a time so that an error names its line."
+def _json_result(args: argparse.Namespace, name: str, hypotheses: list[list[str]], references: list[str], tokenizer) -> dict:
+    "sacreBLEU's JSON fields for the detokenized hypotheses, plus what was translated and how."
+    metric = sacrebleu.metrics.BLEU()  # the same score `bleu` computes; here with every field sacreBLEU reports
+    score = metric.corpus_score([detokenize(tokens, tokenizer) for tokens in hypotheses], [references])
+    fields = json.loads(score.format(signature=str(metric.get_signature()), is_json=True))
+    return {**fields, "data": name, "sentences": len(references), "checkpoint": str(args.checkpoint), "beam": args.beam,
+            "alpha": args.alpha, "average_last": args.average_last, "allow_unk": args.allow_unk}
+
+
+def _stdin_lines() -> Iterator[str]:
+    "The lines of standard input (blank ones too) as they arrive, decoded as UTF-8 one at a time so that an error names its line."
     binary = getattr(sys.stdin, "buffer", None)  # None where sys.stdin was replaced by a text stream (an embedding program, a test)
-    sentences = []
     for number, line in enumerate(sys.stdin if binary is None else binary, start=1):
         if isinstance(line, bytes):
             try:
@@ -177,52 +234,94 @@ def _stdin_sentences() -> list[str]:
             except UnicodeDecodeError as error:
                 raise ValueError(f"standard input, line {number}: byte {error.object[error.start]:#04x} at position "
                                  f"{error.start + 1} is not UTF-8 text") from None
-        sentences.append(line.rstrip("\r\n"))
-    return sentences
+        yield line.rstrip("\r\n")
 
 
-def _translate_inputs(args: argparse.Namespace) -> list[str]:
-    "The sentences to translate, after every check of the arguments that needs no model (so before it loads)."
+def _chunks(lines: Iterable[str], size: int | None) -> Iterator[list[str]]:
+    "`lines` in lists of `size` (None: one list of them all), each given as soon as it is complete; none at all for no lines."
+    lines = iter(lines)
+    while chunk := list(itertools.islice(lines, size)):
+        yield chunk
+
+
+def _translate_inputs(args: argparse.Namespace) -> Iterator[list[str]]:
+    """The sentences to translate, in chunks, after every check of the arguments that needs no model (so before it loads).
+
+    The arguments are one chunk. Standard input streams: chunks of --buffer-size lines, each read once the one before is
+    printed, so output comes while input still arrives and memory does not grow with the input (--attention reads it all,
+    as one chunk). Standard input without a sentence (empty, or blank lines only) is no error: like any filter, the command
+    prints a line for each line read, nothing for nothing, so a pipeline whose producer has nothing to say still succeeds;
+    refusing it would also mean holding back every output line until the input ends.
+    """
     if args.attention and args.attention.suffix.lower() != ".png":
         raise UsageError(f"--attention needs a .png file name, got {args.attention}")
     if args.layer is not None and not args.attention:
         raise UsageError("--layer chooses the layer that --attention draws: give --attention too")
+    if args.nbest is not None and args.attention:
+        raise UsageError("--attention draws the best translation of each sentence: leave out --nbest")
+    if args.nbest is not None and args.nbest > args.beam:
+        raise UsageError(f"--nbest {args.nbest} needs --beam {args.nbest} or more: a beam of {args.beam} ends with at most "
+                         f"{args.beam} translations")
+    _check_new_output(args.output)
     empty = [i for i, sentence in enumerate(args.sentences, start=1) if not sentence.strip()]
     if empty:
         raise UsageError(f"sentence {empty[0]} of the arguments is empty: there is nothing to translate")
-    sentences = args.sentences or _stdin_sentences()
-    if not any(sentence.strip() for sentence in sentences):
-        raise UsageError("no sentences: give them as arguments or on standard input, one a line")
     if args.attention:
         try:
             args.attention.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:  # FileExistsError: it is a file; NotADirectoryError, PermissionError, ...
             reason = "it is not a folder" if isinstance(error, FileExistsError) else error.strerror
             raise OSError(f"cannot use {args.attention.parent} as the folder for --attention: {reason}") from None
-    return sentences
+    if args.sentences:
+        return iter([args.sentences])
+    return _chunks(_stdin_lines(), None if args.attention else args.buffer_size)
+
+
+def _output_lines(loaded: Loaded, lines: list[str], start: int, args: argparse.Namespace) -> list[str]:
+    "What translate prints for `lines` (input lines start, start + 1, ...): a translation each, or --nbest's INDEX<TAB>SCORE<TAB>TEXT lines."
+    tgt_tok = loaded.tokenizers[1]
+    if args.nbest is None:
+        return [detokenize(tokens, tgt_tok) for tokens in _translate_lines(loaded, lines, args)]
+    return [f"{start + i}\t{score:.4f}\t{detokenize(tokens, tgt_tok)}"
+            for i, best in enumerate(_scored_lines(loaded, lines, args, args.nbest)) for tokens, score in best]
+
+
+def _print_with_attention(loaded: Loaded, sentences: list[str], layer: int, args: argparse.Namespace, out: TextIO) -> None:
+    "Print the translations and save the attention maps of each sentence; every map first: one refused prints nothing."
+    from annotated_transformer.visualization import plot_sentence, sentence_attention  # seaborn loads slowly: only when asked
+
+    model, src_vocab, tgt_vocab, (src_tok, tgt_tok), _ = loaded
+    translations = _translate_lines(loaded, sentences, args)
+    maps = [sentence_attention(model, s, src_vocab, tgt_vocab, translation=tokens, tokenizer=src_tok) if s.strip() else None
+            for s, tokens in zip(sentences, translations)]
+    for i, (tokens, found) in enumerate(zip(translations, maps), start=1):
+        print(detokenize(tokens, tgt_tok), file=out)
+        if found is not None:
+            path = args.attention if len(sentences) == 1 else args.attention.with_stem(f"{args.attention.stem}-{i}")
+            plot_sentence(found, layer).savefig(path, dpi=100)
+            print(f"attention of layer {layer} saved to {path}", file=sys.stderr)
 
 
 def _translate(args: argparse.Namespace) -> None:
-    sentences = _translate_inputs(args)
+    chunks = _translate_inputs(args)
+    first = next(chunks, [])  # read, so checked, before the model loads
     loaded = _load(args)
-    model, src_vocab, tgt_vocab, (src_tok, tgt_tok), _ = loaded
-    layers = len(model.encoder.layers)
+    layers = len(loaded.model.encoder.layers)
     if args.layer is not None and not 0 <= args.layer < layers:  # before translating: nothing is printed
         raise UsageError(f"--layer {args.layer} is out of range: the model has {layers} layers, numbered 0 to {layers - 1}")
     layer = layers - 1 if args.layer is None else args.layer
-    translations = _translate_lines(loaded, sentences, args)
-    maps = []
-    if args.attention:  # every sentence's maps before any output: a sentence they refuse stops the command with nothing printed
-        from annotated_transformer.visualization import plot_sentence, sentence_attention  # seaborn loads slowly: only when asked
-
-        maps = [sentence_attention(model, s, src_vocab, tgt_vocab, translation=tokens, tokenizer=src_tok) if s.strip() else None
-                for s, tokens in zip(sentences, translations)]
-    for i, tokens in enumerate(translations, start=1):
-        print(detokenize(tokens, tgt_tok))
-        if maps and maps[i - 1] is not None:
-            path = args.attention if len(sentences) == 1 else args.attention.with_stem(f"{args.attention.stem}-{i}")
-            plot_sentence(maps[i - 1], layer).savefig(path, dpi=100)
-            print(f"attention of layer {layer} saved to {path}", file=sys.stderr)
+    try:
+        with (open(args.output, "x", encoding="utf-8") if args.output else nullcontext(sys.stdout)) as out:  # "x": never overwrite
+            if args.attention:  # `first` holds every sentence
+                _print_with_attention(loaded, first, layer, args, out)
+                return
+            start = 0
+            for lines in itertools.chain([first], chunks):
+                out.writelines(line + "\n" for line in _output_lines(loaded, lines, start, args))
+                out.flush()  # shown now, while the next chunk is read
+                start += len(lines)
+    except BrokenPipeError:  # the reader stopped early (`| head`): stop too, quietly, as other filters do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python flushes stdout on exiting: not into the closed pipe
 
 
 def _checked(convert: Callable[[str], float], accept: Callable[[float], bool], expected: str) -> Callable[[str], float]:
@@ -280,16 +379,41 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+EXAMPLES = {  # shown under each command's --help
+    "train": """examples:
+  annotated-transformer train --out runs/multi30k                  # Multi30k German->English, words
+  annotated-transformer train --out runs/subwords --vocab-size 8000
+  annotated-transformer train --out runs/en-fr --src-lang en --tgt-lang fr --vocab-size 8000
+  annotated-transformer train --out runs/mine --train-src train.xx --train-tgt train.yy \\
+      --valid-src valid.xx --valid-tgt valid.yy
+  annotated-transformer train --out runs/multi30k --resume --epochs 30""",
+    "evaluate": """examples:
+  annotated-transformer evaluate --checkpoint runs/multi30k/last.pt --beam 4 --average-last 5
+  annotated-transformer evaluate --checkpoint runs/mine/last.pt --src test.xx --ref test.yy --output test.out""",
+    "translate": """examples:
+  annotated-transformer translate --checkpoint runs/multi30k/last.pt "Ein Mann fährt Fahrrad."
+  annotated-transformer translate --checkpoint runs/multi30k/last.pt --attention maps.png "Zwei Hunde spielen."
+  annotated-transformer translate --checkpoint runs/mine/last.pt --beam 4 < input.xx > output.yy
+  annotated-transformer translate --checkpoint runs/mine/last.pt --output output.yy < input.xx
+  annotated-transformer translate --checkpoint runs/multi30k/last.pt --buffer-size 1    # line by line, as you type
+  annotated-transformer translate --checkpoint runs/multi30k/last.pt --beam 4 --nbest 3 < input.de    # INDEX<TAB>SCORE<TAB>TEXT""",
+}
+
+
 def parser() -> argparse.ArgumentParser:
     "The argument parser of `annotated-transformer`."
     p = _Parser(prog="annotated-transformer", description="Train, evaluate and use a Transformer: Multi30k (German->English by default) "
-                "or your own parallel text.")
+                "or your own parallel text.", epilog="annotated-transformer COMMAND --help shows a command's flags and examples.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--data-dir", type=Path, help="folder with the Multi30k .gz files (default: $MULTI30K_DIR, else download)")
     common.add_argument("--device", type=_device, help="cpu, cuda, cuda:N or mps (default: train on cuda when available; decode on cpu)")
+    common.add_argument("--debug", action="store_true", help="on an error, show Python's traceback (for a bug report)")
+    data = argparse.ArgumentParser(add_help=False)
+    data.add_argument("--data-dir", type=Path, help="folder with the Multi30k .gz files (default: $MULTI30K_DIR, else download)")
+    examples = {name: dict(epilog=text, formatter_class=argparse.RawDescriptionHelpFormatter) for name, text in EXAMPLES.items()}
 
-    t = sub.add_parser("train", parents=[common], help="train on Multi30k or your own files, a checkpoint per epoch")
+    t = sub.add_parser("train", parents=[common, data], help="train on Multi30k or your own files, a checkpoint per epoch", **examples["train"])
     t.add_argument("--out", type=Path, required=True, help="folder for checkpoints (last.pt, epochK.pt)")
     t.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     t.add_argument("--overwrite", action="store_true", help="replace the run already in OUT (its checkpoints are deleted first)")
@@ -300,7 +424,10 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--tgt-lang", type=_language, help="Multi30k's target language (default en)")
     t.add_argument("--vocab-size", type=_positive, help=f"subwords: one shared vocabulary of this size, tied embeddings "
                    f"(default for your own files: {DEFAULT_VOCAB_SIZE}; Multi30k: words unless given)")
-    t.add_argument("--model", choices=["multi30k", "tiny", "base", "big"], help="model sizes (default multi30k: N=3, d_model=256, pre-norm)")
+    t.add_argument("--config", type=Path, metavar="FILE", help="a training configuration (.json or .toml: TrainConfig's settings, "
+                   "the model's under 'model'); flags given override it")
+    t.add_argument("--model", choices=["multi30k", "small", "tiny", "base", "big"],
+                   help="model sizes (default multi30k: N=3, d_model=256; small: N=2, d_model=128, a few minutes on a CPU; all pre-norm)")
     t.add_argument("--epochs", type=_positive, help=f"total epochs (default {TrainConfig().epochs})")
     t.add_argument("--max-tokens", type=_positive, help=f"tokens per batch (default {TrainConfig().max_tokens})")
     t.add_argument("--accum-iter", type=_positive, help="batches per optimizer step (default 1)")
@@ -310,6 +437,7 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--precision", choices=list(PRECISIONS), help="mixed precision (default: bf16 on GPUs that support it, else fp32)")
     t.add_argument("--compile", action="store_true", help="torch.compile the model")
     t.add_argument("--backend", choices=["nccl", "gloo"], help="under torchrun: the collective backend (default: nccl on GPUs, gloo on CPUs)")
+    t.add_argument("--tensorboard", action="store_true", help="also write TensorBoard logs to OUT/tensorboard (pip install tensorboard)")
     t.add_argument("--quiet", action="store_true", help="no progress bars")
     t.set_defaults(run=_train)
 
@@ -320,17 +448,27 @@ def parser() -> argparse.ArgumentParser:
     decoding.add_argument("--average-last", type=_positive, metavar="K", help="average the weights of the checkpoint's last K epochs")
     decoding.add_argument("--allow-unk", action="store_true", help="let translations contain <unk> (default: the next best word replaces it)")
 
-    e = sub.add_parser("evaluate", parents=[common, decoding], help="BLEU of a checkpoint on a Multi30k split or on your own files")
+    e = sub.add_parser("evaluate", parents=[common, data, decoding], help="BLEU of a checkpoint on a Multi30k split or on your own files",
+                       **examples["evaluate"])
     e.add_argument("--split", choices=["train", "val", "test2016"], help="the Multi30k split (default test2016)")
     e.add_argument("--src", type=Path, metavar="FILE", help="your own source sentences, one a line (plain or .gz); needs --ref")
     e.add_argument("--ref", type=Path, metavar="FILE", help="their reference translations, line by line")
     e.add_argument("--output", type=Path, metavar="FILE", help="write the translations here, one a line (a new file)")
+    e.add_argument("--json", action="store_true", help="print the result as JSON: sacreBLEU's fields and the decoding settings")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
     e.set_defaults(run=_evaluate)
 
-    tr = sub.add_parser("translate", parents=[common, decoding], help="translate sentences (arguments or stdin)")
+    tr = sub.add_parser("translate", parents=[common, decoding], help="translate sentences (arguments or stdin)", **examples["translate"])
     tr.add_argument("sentences", nargs="*", help="source sentences; read from standard input if none, one a line")
-    tr.add_argument("--attention", type=Path, metavar="PNG", help="save attention heatmaps of each sentence (OUT-1.png, ... for several)")
+    tr.add_argument("--buffer-size", type=_positive, default=100, metavar="N", help="standard input: translate and print every N lines "
+                    "as they arrive, so the command streams (default 100; 1: line by line)")
+    tr.add_argument("--output", type=Path, metavar="FILE", help="write the translations here instead of standard output (a new file)")
+    tr.add_argument("--nbest", type=_positive, metavar="K", help="the K best translations of each sentence (K at most --beam), best "
+                    "first, a line each: INDEX<TAB>SCORE<TAB>TRANSLATION, INDEX the sentence's place in the input counted from 0, "
+                    "SCORE the one the search ranks by, to 4 decimals (beam: log-probability / length penalty; greedy: "
+                    "log-probability); no line for a blank input line")
+    tr.add_argument("--attention", type=Path, metavar="PNG", help="save attention heatmaps of each sentence (OUT-1.png, ... for several); "
+                    "reads all of standard input before translating")
     tr.add_argument("--layer", type=int, help="the layer whose attention --attention draws (default: the last)")
     tr.set_defaults(run=_translate)
     return p
@@ -353,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
             warnings.showwarning = _one_line_warning(args.command)
             args.run(args)
     except (UsageError, ValueError, OSError) as error:  # OSError: FileNotFoundError, PermissionError, ConnectionError, ...
+        if args.debug:
+            raise
         rank = f" (rank {os.environ['RANK']})" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""  # under torchrun
         message = " ".join(str(error).splitlines())  # one line, whatever the library's message holds
         print(f"annotated-transformer {args.command}{rank}: error: {message}", file=sys.stderr)

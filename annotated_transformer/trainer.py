@@ -34,7 +34,8 @@ from .translation import bleu, translate
 
 # %% auto #0
 __all__ = ['VAL_EXTRA', 'TrainConfig', 'existing_run', 'claim_run_folder', 'resumed_config', 'load_pairs', 'check_same_data',
-           'new_tokenizers', 'build_vocabularies', 'restore', 'validate', 'check_lengths', 'save_epoch', 'train']
+           'new_tokenizers', 'build_vocabularies', 'restore', 'validate', 'check_lengths', 'write_history',
+           'tensorboard_writer', 'save_epoch', 'train']
 
 # %% ../nbs/05_multi30k.ipynb #a596de03
 @dataclass(frozen=True)
@@ -76,8 +77,8 @@ class TrainConfig:
 
 # %% ../nbs/05_multi30k.ipynb #4f824321
 def existing_run(out_dir: Path) -> list[str]:
-    "The checkpoint files of a run in `out_dir`."
-    return sorted(p.name for pattern in ("last.pt", "epoch*.pt") for p in out_dir.glob(pattern))
+    "The files of a run in `out_dir`: its checkpoints and its history."
+    return sorted(p.name for pattern in ("last.pt", "epoch*.pt", "history.json") for p in out_dir.glob(pattern))
 
 
 @contextmanager
@@ -237,6 +238,26 @@ def check_lengths(
                              + (f" + {extra} for its translation" if extra else "") + f"), more than the model's max_len={max_len}")
 
 # %% ../nbs/05_multi30k.ipynb #c9f4b043
+def write_history(out_dir: Path, history: list[dict]) -> None:
+    "Write `history` to out_dir/history.json atomically (a temporary file of its own, renamed over the old one)."
+    tmp = out_dir / f".history.json.{uuid.uuid4().hex}.tmp"
+    try:
+        with open(tmp, "x") as f:
+            json.dump(history, f, indent=1)
+        os.replace(tmp, out_dir / "history.json")
+    finally:
+        tmp.unlink(missing_ok=True)  # only left if the write failed
+
+
+def tensorboard_writer(out_dir: Path):
+    "A TensorBoard `SummaryWriter` logging to out_dir/tensorboard, with a clear error if the package is missing."
+    try:
+        from torch.utils.tensorboard import SummaryWriter  # imported here: only --tensorboard needs it
+    except ImportError:
+        raise ValueError("--tensorboard needs the tensorboard package: pip install tensorboard") from None
+    return SummaryWriter(out_dir / "tensorboard")
+
+
 def save_epoch(out_dir: Path, ckpt: dict, keep_epochs: int) -> None:
     "Write epoch{k}.pt and last.pt for the epoch that `ckpt` ends, keeping `keep_epochs` epoch files."
     epoch = ckpt["epoch"]
@@ -244,6 +265,7 @@ def save_epoch(out_dir: Path, ckpt: dict, keep_epochs: int) -> None:
     weights_only = {k: ckpt[k] for k in kept if k in ckpt}  # tokenizer: subword runs only
     save_checkpoint(out_dir / f"epoch{epoch}.pt", **weights_only)
     save_checkpoint(out_dir / "last.pt", **ckpt)
+    write_history(out_dir, ckpt["history"])
     (out_dir / f"epoch{epoch - keep_epochs}.pt").unlink(missing_ok=True)
 
 # %% ../nbs/05_multi30k.ipynb #32c1a468
@@ -261,6 +283,7 @@ def train(
     log: Callable[[str], None] = print,
     precision: str = "fp32",  # "bf16", or "fp16" with a gradient scaler: mixed precision (Part 6)
     compile: bool = False,  # torch.compile the model (Part 6)
+    tensorboard: bool = False,  # also log each epoch's figures for TensorBoard, in out_dir/tensorboard
 ) -> dict | None:
     "Train on Multi30k (or the given files or pairs), alone or as one of several processes; the last checkpoint's contents (None on all but the first process)."
     out_dir, device = Path(out_dir), torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -305,18 +328,22 @@ def train(
             f"{count_parameters(model) / 1e6:.1f}M parameters on {device}"
             + (f", {world} processes" if world > 1 else "") + (f", {precision}" if precision != "fp32" else ""))
         wrapped = wrap_for_training(model, device, world, compile)
+        writer = tensorboard_writer(out_dir) if tensorboard and is_main else None
 
         for epoch in range(first_epoch, config.epochs):
-            start = time.time()
+            start, tokens_before = time.time(), state.tokens
             train_loader.batch_sampler.set_epoch(epoch)
             train_loss, state = run_epoch(train_loader, wrapped, criterion, optimizer, scheduler, config.accum_iter, config.max_grad_norm,
                                           state, desc=f"epoch {epoch + 1}/{config.epochs}", progress=progress, device=device,
                                           autocast_dtype=PRECISIONS[precision], scaler=scaler)
+            train_seconds = time.time() - start
             rng = gather_objects(rng_state(), world)  # every process's, for an exact resume
             if is_main:
                 val_loss, val_bleu = validate(model, val_loader, criterion, pairs["val"], src_vocab, tgt_vocab, tokenizers, device, progress)
                 history.append({"epoch": epoch + 1, "train_loss": train_loss, "val_loss": val_loss, "val_bleu": val_bleu,
-                                "steps": state.optimizer_steps, "seconds": time.time() - start})
+                                "steps": state.optimizer_steps, "lr": scheduler.get_last_lr()[0],
+                                "tokens_per_second": (state.tokens - tokens_before) * world / train_seconds,  # every process's
+                                "seconds": time.time() - start})
                 log(f"epoch {epoch + 1}: train loss {train_loss:.3f}, val loss {val_loss:.3f}, val sacreBLEU {val_bleu:.2f} "
                     f"({time.time() - start:.0f} s)")
                 ckpt = dict(config=config.to_dict(), model=model.state_dict(), optimizer=optimizer.state_dict(),
@@ -325,6 +352,11 @@ def train(
                             **({"tokenizer": tokenizers[0].state_dict()} if config.vocab_size is not None else {}),
                             **({"scaler": scaler.state_dict()} if scaler is not None else {}))
                 save_epoch(out_dir, ckpt, keep_epochs)
+                if writer:
+                    for name in ("train_loss", "val_loss", "val_bleu", "lr", "tokens_per_second"):
+                        writer.add_scalar(name, history[-1][name], epoch + 1)
             if world > 1:
                 dist.barrier()  # the others wait while the first validates and saves
+        if writer:
+            writer.close()
         return ckpt if is_main else None  # the last epoch's; on a resume with no epoch left, the one loaded

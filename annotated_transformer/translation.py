@@ -21,7 +21,7 @@ from .decoding import beam_search, greedy_search
 from .model import EncoderDecoder
 
 # %% auto #0
-__all__ = ['detokenize', 'translate', 'BleuScores', 'bleu']
+__all__ = ['detokenize', 'translate_nbest', 'translate', 'BleuScores', 'bleu']
 
 # %% ../nbs/05_2_translation.ipynb #cde3e9c7
 _NO_SPACE_BEFORE = re.compile(r"^(?:[.,!?;:%)\]}]|'s|'re|'ve|'ll|'d|'m|n't|')$", re.IGNORECASE)
@@ -47,6 +47,52 @@ def detokenize(
     return out
 
 # %% ../nbs/05_2_translation.ipynb #02cf0b58
+def translate_nbest(
+    model: EncoderDecoder,
+    sentences: Sequence[str],  # source sentences
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    tokenizer=None,  # the source side's: spaCy's German by default, or a subword model (Part 4.1)
+    max_extra: int = 50,  # output at most this many tokens longer than the input (§6.1)
+    batch_size: int = 128,  # sentences decoded together
+    beam_size: int = 1,  # 1: greedy search; the paper uses 4
+    nbest: int = 1,  # translations kept per sentence: from 1 to beam_size
+    alpha: float = 0.6,  # beam search's length penalty (§6.1)
+    allow_unk: bool = False,  # let the output contain <unk>; by default the next best word stands in for it
+    progress: bool = False,
+) -> list[list[tuple[list[str], float]]]:
+    "The `nbest` best (target tokens, score) of each source sentence, best first, decoded in batches of similar length."
+    if not 1 <= nbest <= beam_size:
+        raise ValueError(f"nbest={nbest} must be from 1 to beam_size={beam_size}: a search ends with at most beam_size hypotheses")
+    if any(not s.strip() for s in sentences):
+        empty = next(i for i, s in enumerate(sentences) if not s.strip())
+        raise ValueError(f"sentence {empty} is empty: there is nothing to translate")
+    tokenizer = tokenizer or load_tokenizers()[0]
+    model.eval()
+    device = next(model.parameters()).device
+    tokens = tokenize_all(sentences, tokenizer, progress=False)
+    order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))  # similar lengths together: less padding
+    banned = () if allow_unk else (tgt_vocab.unk,)
+    results: list[list[tuple[list[str], float]]] = [[] for _ in sentences]
+    for start in tqdm(range(0, len(order), batch_size), desc="translating", disable=not progress, leave=False):
+        rows = order[start : start + batch_size]
+        ids = [torch.tensor(src_vocab.encode_sentence(tokens[i])) for i in rows]
+        # each sentence's own limit: its length with <s> and </s>, plus max_extra
+        limits = [len(i) + max_extra for i in ids]
+        if max(limits) > model.max_len:
+            raise ValueError(f"sentence {rows[-1]} has {len(ids[-1]) - 2} tokens, too long for this model "
+                             f"(at most {model.max_len - max_extra - 2})")
+        src = nn.utils.rnn.pad_sequence(ids, batch_first=True, padding_value=src_vocab.pad).to(device)  # (B, S)
+        src_mask = (src != src_vocab.pad).unsqueeze(-2)  # (B, 1, S)
+        if beam_size == 1:
+            found = [[best] for best in greedy_search(model, src, src_mask, limits, tgt_vocab.bos, tgt_vocab.eos, banned=banned)]
+        else:
+            found = beam_search(model, src, src_mask, limits, tgt_vocab.bos, tgt_vocab.eos, beam_size, alpha, banned=banned)
+        for i, hypotheses in zip(rows, found):
+            results[i] = [(tgt_vocab.decode(out), score) for out, score in hypotheses[:nbest]]
+    return results
+
+# %% ../nbs/05_2_translation.ipynb #3a8f5d17
 def translate(
     model: EncoderDecoder,
     sentences: Sequence[str],  # source sentences
@@ -60,35 +106,10 @@ def translate(
     allow_unk: bool = False,  # let the output contain <unk>; by default the next best word stands in for it
     progress: bool = False,
 ) -> list[list[str]]:
-    "Target tokens for each source sentence (greedy or beam search), decoded in batches of similar length."
-    if any(not s.strip() for s in sentences):
-        empty = next(i for i, s in enumerate(sentences) if not s.strip())
-        raise ValueError(f"sentence {empty} is empty: there is nothing to translate")
-    tokenizer = tokenizer or load_tokenizers()[0]
-    model.eval()
-    device = next(model.parameters()).device
-    tokens = tokenize_all(sentences, tokenizer, progress=False)
-    order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))  # similar lengths together: less padding
-    banned = () if allow_unk else (tgt_vocab.unk,)
-    results: list[list[str]] = [[] for _ in sentences]
-    for start in tqdm(range(0, len(order), batch_size), desc="translating", disable=not progress, leave=False):
-        rows = order[start : start + batch_size]
-        ids = [torch.tensor(src_vocab.encode_sentence(tokens[i])) for i in rows]
-        # each sentence's own limit: its length with <s> and </s>, plus max_extra
-        limits = [len(i) + max_extra for i in ids]
-        if max(limits) > model.max_len:
-            raise ValueError(f"sentence {rows[-1]} has {len(ids[-1]) - 2} tokens, too long for this model "
-                             f"(at most {model.max_len - max_extra - 2})")
-        src = nn.utils.rnn.pad_sequence(ids, batch_first=True, padding_value=src_vocab.pad).to(device)  # (B, S)
-        src_mask = (src != src_vocab.pad).unsqueeze(-2)  # (B, 1, S)
-        if beam_size == 1:
-            best = [tokens for tokens, _ in greedy_search(model, src, src_mask, limits, tgt_vocab.bos, tgt_vocab.eos, banned=banned)]
-        else:
-            found = beam_search(model, src, src_mask, limits, tgt_vocab.bos, tgt_vocab.eos, beam_size, alpha, banned=banned)
-            best = [hypotheses[0][0] for hypotheses in found]  # the best hypothesis's tokens
-        for i, out in zip(rows, best):
-            results[i] = tgt_vocab.decode(out)
-    return results
+    "Target tokens for each source sentence (greedy or beam search): the best of `translate_nbest`."
+    found = translate_nbest(model, sentences, src_vocab, tgt_vocab, tokenizer, max_extra=max_extra, batch_size=batch_size,
+                            beam_size=beam_size, alpha=alpha, allow_unk=allow_unk, progress=progress)
+    return [best[0][0] for best in found]
 
 # %% ../nbs/05_2_translation.ipynb #ed96e3d2
 @dataclass

@@ -1,4 +1,4 @@
-"""Shared fixtures: a few hundred synthetic German-English pairs written as Multi30k-named .gz files.
+"""Shared fixtures: a few hundred synthetic German-English pairs written as Multi30k-named .gz files, and a tiny checkpoint.
 
 Tests that train pass the folder as --data-dir (or read it with load_multi30k): no network and no ../shared needed.
 """
@@ -14,6 +14,21 @@ from synthetic import synthetic_pairs, write_split
 
 # Reading files that differ from the published Multi30k ones warns (annotated_transformer.data.multi30k_paths).
 SYNTHETIC_DIFFERS = "ignore:Multi30k file differs from the published one:UserWarning"
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    "One epoch of the tiny preset through the console command's `train` on the synthetic pairs, trained once per test module."
+    from annotated_transformer.cli import main
+
+    folder = tmp_path_factory.mktemp("multi30k")
+    pairs = synthetic_pairs()
+    write_split(folder, "train", pairs[:160])
+    write_split(folder, "val", pairs[160:176])
+    out = tmp_path_factory.mktemp("run") / "run"
+    assert main(["train", "--out", str(out), "--data-dir", str(folder), "--epochs", "1", "--model", "tiny", "--max-tokens", "400",
+                 "--warmup", "20", "--quiet"]) == 0
+    return out / "last.pt"
 
 
 @pytest.fixture

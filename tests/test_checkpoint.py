@@ -128,6 +128,17 @@ def test_temporary_files_are_unique(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
 
 
+def test_checkpoints_get_the_permissions_of_any_new_file(tmp_path: Path) -> None:
+    "Not mkstemp's owner-only 0600: a checkpoint is shared like any file the user writes (the umask decides)."
+    umask = os.umask(0o022)
+    try:
+        save_checkpoint(tmp_path / "last.pt", epoch=1)
+        (tmp_path / "plain").write_bytes(b"")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "last.pt").stat().st_mode & 0o777 == (tmp_path / "plain").stat().st_mode & 0o777 == 0o644
+
+
 def test_inconsistent_checkpoints_get_clear_errors(tmp_path: Path) -> None:
     ckpt = load_checkpoint(tiny_run(tmp_path / "run", epochs=1))
     wrong_size = {**ckpt, "config": {**ckpt["config"], "model": {**ckpt["config"]["model"], "d_model": 32}}}

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from synthetic import synthetic_pairs, write_split
 
 from annotated_transformer.checkpoint import load_checkpoint, model_from_checkpoint
 from annotated_transformer.cli import main, parser
@@ -36,15 +35,9 @@ SENTENCE = "Ein Mann sieht einen Ball."
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    "One epoch of the tiny preset on the synthetic pairs (as conftest's `data_dir` writes them), trained once for this module."
-    data = tmp_path_factory.mktemp("multi30k")
-    pairs = synthetic_pairs()
-    write_split(data, "train", pairs[:160])
-    write_split(data, "val", pairs[160:176])
-    out = tmp_path_factory.mktemp("run") / "run"
-    assert main(["train", "--out", str(out), "--data-dir", str(data), "--epochs", "1", *TRAIN_ARGS]) == 0
-    return out / "last.pt"
+def checkpoint(tiny_checkpoint: Path) -> Path:
+    "One epoch of the tiny preset on the synthetic pairs (conftest's `tiny_checkpoint`), trained once for this module."
+    return tiny_checkpoint
 
 
 def one_error_line(err: str, command: str) -> str:
@@ -133,9 +126,17 @@ def test_wrong_combinations_and_empty_input_are_refused_before_the_model_loads(t
     assert "--attention needs a .png file name, got" in line
     line = refused(["translate", "--checkpoint", missing, SENTENCE, "  "], 2, capsys)
     assert line.endswith("sentence 2 of the arguments is empty: there is nothing to translate")
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\n  \n")))
-    line = refused(["translate", "--checkpoint", missing], 2, capsys)
-    assert line.endswith("no sentences: give them as arguments or on standard input, one a line")
+    line = refused(["translate", "--checkpoint", missing, "--beam", "2", "--nbest", "3", SENTENCE], 2, capsys)
+    assert line.endswith("--nbest 3 needs --beam 3 or more: a beam of 2 ends with at most 2 translations")
+    line = refused(["translate", "--checkpoint", missing, "--nbest", "1", "--attention", str(tmp_path / "a.png"), SENTENCE], 2, capsys)
+    assert line.endswith("--attention draws the best translation of each sentence: leave out --nbest")
+    (tmp_path / "out.txt").write_text("kept\n")
+    line = refused(["translate", "--checkpoint", missing, "--output", str(tmp_path / "out.txt"), SENTENCE], 2, capsys)
+    assert line.endswith(f"--output {tmp_path / 'out.txt'} exists: choose another name or delete it (it is never overwritten)")
+    assert (tmp_path / "out.txt").read_text() == "kept\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\n  \n")))  # no sentence on standard input: no usage error
+    line = refused(["translate", "--checkpoint", missing], 1, capsys)
+    assert "no checkpoint at" in line
 
 
 @pytest.mark.parametrize("layer", ["2", "-1"])
@@ -243,3 +244,32 @@ def test_a_real_process_exits_with_the_status_and_one_line(args: list[str], stdi
     assert done.returncode == status, err
     assert done.stdout == b"" and "Traceback" not in err
     assert message in one_error_line(err, "translate")
+
+
+# =========================================================================== 6. conventions: --version, examples, --debug, only the flags a command uses
+def test_version_and_examples(capsys) -> None:
+    from annotated_transformer import __version__
+
+    with pytest.raises(SystemExit) as exit:
+        main(["--version"])
+    assert exit.value.code == 0 and capsys.readouterr().out == f"annotated-transformer {__version__}\n"
+    for command in ("train", "evaluate", "translate"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        help_text = capsys.readouterr().out
+        assert "examples:\n" in help_text and f"annotated-transformer {command} --" in help_text.split("examples:")[1]
+
+
+def test_translate_does_not_offer_data_dir(capsys) -> None:
+    "translate never reads a data folder, so it has no --data-dir; train and evaluate do."
+    with pytest.raises(SystemExit) as exit:
+        main(["translate", "--checkpoint", "x.pt", "--data-dir", "d", SENTENCE])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err == "annotated-transformer: error: unrecognized arguments: --data-dir\n"
+    assert parser().parse_args(["evaluate", "--checkpoint", "x.pt", "--data-dir", "d"]).data_dir == Path("d")
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    done = run_command("translate", "--checkpoint", str(tmp_path / "missing.pt"), "--debug", SENTENCE)
+    err = done.stderr.decode()
+    assert done.returncode == 1 and err.startswith("Traceback") and err.rstrip().endswith(f"no checkpoint at {tmp_path / 'missing.pt'}")

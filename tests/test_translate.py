@@ -7,6 +7,7 @@ Multi30k-named .gz files to a temporary folder: no network and no ../shared need
 from __future__ import annotations
 
 import io
+import json
 import sys
 from pathlib import Path
 
@@ -260,13 +261,14 @@ def test_train_refuses_to_replace_a_run_unless_told(data_dir: Path, tmp_path: Pa
     before = {p.name: p.read_bytes() for p in out.glob("*.pt")}
     capsys.readouterr()
     assert main([*args, "--epochs", "1"]) != 0
-    assert "already holds a training run (epoch1.pt, epoch2.pt, last.pt): pass --resume" in capsys.readouterr().err
+    assert "already holds a training run (epoch1.pt, epoch2.pt, history.json, last.pt): pass --resume" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in out.glob("*.pt")} == before  # untouched
     assert main([*args, "--epochs", "1", "--resume", "--overwrite"]) != 0
     assert "give one of them" in capsys.readouterr().err
     assert main([*args, "--epochs", "1", "--overwrite"]) == 0
     assert sorted(p.name for p in out.glob("*.pt")) == ["epoch1.pt", "last.pt"]  # no stale epoch2.pt mixes in
     assert load_checkpoint(out / "last.pt")["epoch"] == 1
+    assert [h["epoch"] for h in json.loads((out / "history.json").read_text())] == [1]  # the new run's history only
 
 
 def test_an_unusable_output_folder_is_reported_before_anything_else(tmp_path: Path, capsys) -> None:
