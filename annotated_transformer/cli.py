@@ -50,7 +50,6 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-import sacrebleu
 import torch
 
 from annotated_transformer import __version__
@@ -209,19 +208,13 @@ def _evaluate(args: argparse.Namespace) -> None:
     if args.output is not None:
         with open(args.output, "x", encoding="utf-8") as f:  # "x": never over a file that appeared meanwhile
             f.writelines(detokenize(tokens, loaded.tokenizers[1]) + "\n" for tokens in hypotheses)
-    if args.json:
-        print(json.dumps(_json_result(args, name, hypotheses, references, loaded.tokenizers[1])))
+    scores = bleu(hypotheses, references, loaded.tokenizers[1])
+    if args.json:  # sacreBLEU's own fields, then what was translated and how
+        print(json.dumps({**scores.fields, "tokenized_lowercase": scores.tokenized_lowercase, "data": name, "sentences": len(sources),
+                          "checkpoint": str(args.checkpoint), "beam": args.beam, "alpha": args.alpha,
+                          "average_last": args.average_last, "allow_unk": args.allow_unk}))
     else:
-        print(f"{name} ({len(sources)} sentences, {_decoding(args)}): {bleu(hypotheses, references, loaded.tokenizers[1])}")
-
-
-def _json_result(args: argparse.Namespace, name: str, hypotheses: list[list[str]], references: list[str], tokenizer) -> dict:
-    "sacreBLEU's JSON fields for the detokenized hypotheses, plus what was translated and how."
-    metric = sacrebleu.metrics.BLEU()  # the same score `bleu` computes; here with every field sacreBLEU reports
-    score = metric.corpus_score([detokenize(tokens, tokenizer) for tokens in hypotheses], [references])
-    fields = json.loads(score.format(signature=str(metric.get_signature()), is_json=True))
-    return {**fields, "data": name, "sentences": len(references), "checkpoint": str(args.checkpoint), "beam": args.beam,
-            "alpha": args.alpha, "average_last": args.average_last, "allow_unk": args.allow_unk}
+        print(f"{name} ({len(sources)} sentences, {_decoding(args)}): {scores}")
 
 
 def _stdin_lines() -> Iterator[str]:

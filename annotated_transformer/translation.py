@@ -7,6 +7,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/2_translatio
 # %% ../nbs/05_2_translation.ipynb #7ed902af
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -119,6 +120,7 @@ class BleuScores:
     sacrebleu: float  # cased, detokenized, 13a
     signature: str  # sacreBLEU's description of how `sacrebleu` was computed
     tokenized_lowercase: float | None  # spaCy tokens, lowercased, tokenize="none"; None for subwords
+    fields: dict  # sacreBLEU's own report of `sacrebleu` (its JSON: score, verbose score, signature and its parts)
 
     def __str__(self) -> str:
         lower = f"; tokenized lowercased BLEU {self.tokenized_lowercase:.2f}" if self.tokenized_lowercase is not None else ""
@@ -136,11 +138,13 @@ def bleu(
     tokenizer = tokenizer or load_tokenizers()[1]
     metric = sacrebleu.metrics.BLEU()
     cased = metric.corpus_score([detokenize(h, tokenizer) for h in hypotheses], [list(references)])
+    signature = str(metric.get_signature())
+    fields = json.loads(cased.format(signature=signature, is_json=True))
     if hasattr(tokenizer, "detokenize"):  # subwords
-        return BleuScores(cased.score, str(metric.get_signature()), None)
+        return BleuScores(cased.score, signature, None, fields)
     ref_tokens = tokenize_all(references, tokenizer, progress=False)
     # force=True: sacreBLEU warns about tokenized input, which this score uses on purpose
     lower = sacrebleu.metrics.BLEU(tokenize="none", lowercase=True, force=True).corpus_score(
         [" ".join(h) for h in hypotheses], [[" ".join(r) for r in ref_tokens]]
     )
-    return BleuScores(cased.score, str(metric.get_signature()), lower.score)
+    return BleuScores(cased.score, signature, lower.score, fields)
