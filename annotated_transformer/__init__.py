@@ -13,7 +13,7 @@ order: each imports only from the modules above it (the trainer uses Part 6's he
 - Part 5.2, `annotated_transformer.translation`: `translate`, `detokenize`, `bleu`
 - Part 6, `annotated_transformer.distributed`: `setup_distributed`, `wrap_for_training`, `model_flops_utilization`
 - Part 5.3, `annotated_transformer.trainer`: `TrainConfig`, `train`
-- Part 7, `annotated_transformer.visualization`: `sentence_attention`, `plot_attention`, `plot_sentence`
+- Part 7, `annotated_transformer.visualization`: `sentence_attention`, `plot_attention`, `plot_sentence`, `AttentionView` (`AttentionMaps.to_html()`)
 - `annotated_transformer.cli` (hand-written): the console command `annotated-transformer`
 
 Modules:

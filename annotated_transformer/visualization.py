@@ -1,4 +1,4 @@
-"""Attention heatmaps for every layer and head of a trained model: encoder self-attention, decoder self-attention and decoder source attention, with the tokens on the right axes.
+"""Attention heatmaps for every layer and head of a trained model: encoder self-attention, decoder self-attention and decoder source attention, with the tokens on the right axes; and an interactive view in which pointing at a token shows what it attends to.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/visualization.html.md"""
 
@@ -7,7 +7,9 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/visualizatio
 # %% ../nbs/07_visualization.ipynb #40050977
 from __future__ import annotations
 
+import html
 import io
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -22,7 +24,7 @@ from .translation import translate
 
 # %% auto #0
 __all__ = ['KINDS', 'attention_weights', 'AttentionMaps', 'check_kind', 'sentence_attention', 'check_index', 'AttentionFigure',
-           'plot_heads', 'plot_layers', 'plot_attention', 'plot_sentence']
+           'plot_heads', 'plot_layers', 'plot_attention', 'plot_sentence', 'AttentionView']
 
 # %% ../nbs/07_visualization.ipynb #a00e5ab8
 KINDS = {  # the three kinds of attention, by the names used below
@@ -78,6 +80,10 @@ class AttentionMaps:
         check_kind(kind)
         return {"encoder": (self.src_tokens, self.src_tokens), "decoder_self": (self.tgt_tokens, self.tgt_tokens),
                 "decoder_src": (self.tgt_tokens, self.src_tokens)}[kind]
+
+    def to_html(self, decimals: int = 2) -> str:
+        "An interactive view of these maps, as self-contained HTML (see `AttentionView`, below)."
+        return AttentionView([self], decimals).to_html()
 
 
 def check_kind(kind: str) -> None:
@@ -208,3 +214,94 @@ def plot_sentence(maps: AttentionMaps, layer: int) -> Figure:
             _heatmap(axes[row][head], maps.weights[kind][layer, head], rows, cols, f"{KINDS[kind]}, head {head}")
     fig.suptitle(f"layer {layer}: {' '.join(maps.src_tokens[1:-1])} -> {' '.join(maps.tgt_tokens[1:])}")
     return fig
+
+# %% ../nbs/07_visualization.ipynb #2d2f1805
+_VIEW_STYLE = """
+.attention-view { font: 14px/1.4 system-ui, sans-serif; margin: 0.5em 0; }
+.attention-view label { margin-right: 1em; }
+.attention-view .av-columns { display: flex; gap: 3em; margin-top: 0.6em; }
+.attention-view .av-column { display: flex; flex-direction: column; gap: 2px; min-width: 10em; }
+.attention-view .av-title { color: #666; font-size: 12px; margin-bottom: 0.3em; }
+.attention-view .av-token { display: flex; justify-content: space-between; gap: 1em; padding: 1px 6px;
+                            border-radius: 3px; cursor: default; border: 1px solid transparent; }
+.attention-view .av-token.av-focus { border-color: #2a5db0; }
+.attention-view .av-weight { font-variant-numeric: tabular-nums; color: #333; }
+"""
+
+_VIEW_SCRIPT = """
+(function () {
+  const view = document.currentScript.closest(".attention-view");
+  const data = JSON.parse(view.querySelector(".av-data").textContent);
+  const [sentence, kind, layer, head] = ["sentence", "kind", "layer", "head"].map(n => view.querySelector(".av-" + n));
+  const columns = {query: view.querySelector(".av-queries"), key: view.querySelector(".av-keys")};
+  const chosen = () => data.sentences[sentence.value].kinds[kind.value];
+  const weight = (i, j) => chosen().weights[layer.value][head.value][i][j] / 10 ** data.decimals;  // query i, key j
+
+  function show(side, index) {  // shade the other column by the weights from (a query) or to (a key) this token
+    const other = side === "query" ? "key" : "query";
+    [...columns[side].querySelectorAll(".av-token")].forEach((t, i) => t.classList.toggle("av-focus", i === index));
+    [...columns[other].querySelectorAll(".av-token")].forEach((t, i) => {
+      const w = index === null ? null : side === "query" ? weight(index, i) : weight(i, index);
+      t.style.background = w === null ? "" : `rgba(42, 93, 176, ${0.1 + 0.9 * w})`;
+      t.style.color = w !== null && w > 0.5 ? "#fff" : "";
+      t.querySelector(".av-weight").textContent = w === null ? "" : w.toFixed(data.decimals);
+    });
+  }
+  function fill(side, tokens) {
+    const title = `<div class="av-title">${side === "query" ? "queries (rows)" : "keys (columns)"}</div>`;
+    columns[side].innerHTML = title;
+    tokens.forEach((token, i) => {
+      const t = document.createElement("div");
+      t.className = "av-token";
+      t.dataset.index = i;
+      t.innerHTML = '<span class="av-text"></span><span class="av-weight"></span>';
+      t.querySelector(".av-text").textContent = token;
+      t.addEventListener("mouseenter", () => show(side, i));
+      t.addEventListener("mouseleave", () => show(side, null));
+      columns[side].appendChild(t);
+    });
+  }
+  function draw() {
+    fill("query", chosen().rows);
+    fill("key", chosen().cols);
+  }
+  [sentence, kind, layer, head].forEach(select => select.addEventListener("change", draw));
+  draw();
+})();
+"""
+
+# %% ../nbs/07_visualization.ipynb #d18592ea
+@dataclass
+class AttentionView:
+    "The attention maps of a few sentences (of one model) as one interactive view; a notebook shows it as HTML."
+
+    maps: Sequence[AttentionMaps]
+    decimals: int = 2  # the weights are rounded to this many places, and shown so
+
+    def data(self) -> dict:
+        "What the view's script reads: per sentence and kind, its tokens and its weights in units of 10**-decimals."
+        scale = 10**self.decimals
+        return {"decimals": self.decimals, "sentences": [
+            {kind: {"rows": rows, "cols": cols, "weights": (m.weights[kind] * scale).round().int().tolist()}
+             for kind in KINDS for rows, cols in [m.axes(kind)]} for m in self.maps]}
+
+    def to_html(self) -> str:
+        "Self-contained HTML: the choices, the two columns of tokens, the data and the script; nothing loaded from elsewhere."
+        if not self.maps:
+            raise ValueError("no attention maps to show")
+        N, h = self.maps[0].weights["encoder"].shape[:2]
+        if any(m.weights["encoder"].shape[:2] != (N, h) for m in self.maps):
+            raise ValueError("the maps come from models of different sizes: show one model at a time")
+        data = self.data()
+        data["sentences"] = [{"kinds": kinds} for kinds in data["sentences"]]
+        options = lambda pairs: "".join(f'<option value="{v}">{html.escape(str(label))}</option>' for v, label in pairs)
+        sentences = [" ".join(m.src_tokens[1:-1]) for m in self.maps]
+        controls = "".join(f'<label>{name} <select class="av-{name}">{options(pairs)}</select></label>' for name, pairs in [
+            ("sentence", enumerate(sentences)), ("kind", KINDS.items()), ("layer", zip(range(N), range(N))), ("head", zip(range(h), range(h)))])
+        payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")  # no "</script>" inside the data
+        return (f'<div class="attention-view"><style>{_VIEW_STYLE}</style><div class="av-controls">{controls}</div>'
+                '<div class="av-columns"><div class="av-column av-queries"></div><div class="av-column av-keys"></div></div>'
+                f'<script type="application/json" class="av-data">{payload}</script><script>{_VIEW_SCRIPT}</script></div>')
+
+    def _repr_html_(self) -> str:
+        return self.to_html()

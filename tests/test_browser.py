@@ -1,15 +1,23 @@
-"""The rendered tutorial, in a real browser: headless Chromium (Debian's) opens it from local files.
+"""The rendered book, in a real browser: headless Chromium (Debian's) opens it from local files, with the network cut.
 
-What is checked, from the rendered pages:
-1. Every chapter is reachable: from index.html, the "next" links lead through every notebook in reading order, and
-   every page's navigation bar links every other page.
-2. Every image (plots, heatmaps) is present and loaded (decoded, with a width), each page has at least the images its
-   committed notebook has, and the attention chapter shows its heatmaps.
-3. No output cell shows a Python error.
-Screenshots of the index and of the attention chapter go to test-artifacts/.
+What is checked, on the rendered pages:
+1. Nothing is loaded from the network: every request that is not a local file is recorded and refused, and there are none.
+2. Every chapter is reachable: the "next" links lead from index.html through every notebook in reading order; every
+   page's sidebar links every page, and its table of contents links resolve to headings of the page.
+3. Math is typeset: no `$...$` is left in the prose of any page, KaTeX reports no error, and Part 1 shows one typeset
+   formula for each formula in its notebook's Markdown.
+4. The page reads as a book: no nbdev directive (`#|`) and no execution counter is visible, each chapter's import
+   cells are folded, each chapter links itself in Colab, and the print stylesheet drops the navigation.
+5. Every image (plots, heatmaps) is present and loaded, each page has at least the images its committed notebook has,
+   the attention chapter shows its heatmaps, and no output cell shows a Python error.
+6. The interactive attention view responds: choosing a sentence, kind, layer and head and pointing at a token shows
+   weights equal (to the two decimals shown) to the model's own, recomputed here: on the rendered Part 7 from the
+   model it was rendered with, and on a view made here from a small random model.
+Screenshots of the index, of Part 1 at "3.2.2 Multi-Head Attention", of the heatmaps and of the interactive view go to
+test-artifacts/.
 
-The tutorial comes from tools/render.py (the main job). tools/test.sh renders it into test-artifacts/tutorial and names
-the folder in $TUTORIAL_DIR; without it, this module renders the tutorial itself, which runs every notebook (minutes).
+The book comes from tools/render.py (the main job). tools/test.sh renders it into test-artifacts/tutorial and names
+the folder in $TUTORIAL_DIR; without it, this module renders the book itself, which runs every notebook (minutes).
 Where Chromium or Playwright is missing the tests are skipped, unless $REQUIRE_BROWSER is set (.ci/run sets it).
 """
 
@@ -17,12 +25,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
+import torch
+
+from annotated_transformer.model import ModelConfig
+from annotated_transformer.visualization import AttentionMaps, AttentionView, attention_weights
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -39,6 +53,17 @@ def committed_images(nb: Path) -> int:
     "How many images the committed notebook's outputs hold."
     cells = json.loads(nb.read_text())["cells"]
     return sum("image/png" in out.get("data", {}) for cell in cells for out in cell.get("outputs", []))
+
+
+def formulas(nb: Path) -> int:
+    "How many formulas ($...$ or $$...$$) the notebook's Markdown holds, outside code."
+    count = 0
+    for cell in nbformat.read(nb, as_version=4).cells:
+        if cell.cell_type == "markdown":
+            text = re.sub(r"`[^`]*`", "", re.sub(r"```.*?```", "", cell.source, flags=re.DOTALL))
+            count += len(re.findall(r"\$\$.+?\$\$", text, re.DOTALL))
+            count += len(re.findall(r"\$[^$]+\$", re.sub(r"\$\$.+?\$\$", "", text, flags=re.DOTALL)))
+    return count
 
 
 def unavailable(reason: str) -> None:
@@ -72,51 +97,186 @@ def browser():
 
 
 @pytest.fixture
-def page(browser):
+def remote_requests() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def page(browser, remote_requests: list[str]):
+    "A page on which every request that is not for a local file is recorded and refused; the test fails if there was one."
     page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.route(lambda url: not url.startswith(("file:", "data:", "about:")),
+               lambda route: (remote_requests.append(route.request.url), route.abort()))
     yield page
     page.close()
+    assert remote_requests == [], f"pages asked the network for {remote_requests}"
 
 
-def test_every_chapter_is_reachable_in_reading_order(tutorial: Path, page) -> None:
+def open_page(page, tutorial: Path, name: str, anchor: str = "") -> None:
+    page.goto((tutorial / name).as_uri() + anchor)
+    page.wait_for_load_state("load")
+    page.wait_for_function("document.documentElement.dataset.typeset === 'done'")  # book.js has typeset the formulas
+
+
+def test_every_chapter_is_reachable_and_every_toc_link_resolves(tutorial: Path, page) -> None:
     pages = [nb.with_suffix(".html").name for nb in notebooks()]
     assert len(pages) >= 8  # the index and seven chapters
-    page.goto((tutorial / "index.html").as_uri())
+    open_page(page, tutorial, "index.html")
     visited = [Path(page.url).name]
-    while page.locator("nav.tutorial-nav a", has_text="next").count():
-        page.locator("nav.tutorial-nav a", has_text="next").click()
+    while page.locator(".book-pager a.book-next").count():
+        page.locator(".book-pager a.book-next").click()
         page.wait_for_load_state("load")
         visited.append(Path(page.url).name)
         assert page.locator("h1").count() >= 1, f"{visited[-1]} has no heading"
     assert visited == pages
     for name in pages:
-        page.goto((tutorial / name).as_uri())
-        links = page.eval_on_selector_all("nav.tutorial-nav a", "links => links.map(a => a.getAttribute('href'))")
-        assert set(pages) - {name} <= set(links), f"{name} does not link every other chapter"
+        open_page(page, tutorial, name)
+        chapters = page.eval_on_selector_all(".book-chapters > li > a", "links => links.map(a => a.getAttribute('href'))")
+        assert chapters == pages, f"{name}: its sidebar lists {chapters}"
+        sections = page.eval_on_selector_all(".book-toc a", "links => links.map(a => a.getAttribute('href'))")
+        unresolved = page.evaluate("ids => ids.filter(h => !document.getElementById(decodeURIComponent(h.slice(1))))", sections)
+        assert unresolved == [], f"{name}: table of contents links without a target: {unresolved}"
+        if name != "index.html":
+            assert len(sections) >= 3, f"{name}: its table of contents lists {sections}"
+    open_page(page, tutorial, "01_model.html")
+    page.locator(".book-toc a", has_text="3.2.2 Multi-Head Attention").click()
+    assert page.evaluate("document.getElementById(decodeURIComponent(location.hash.slice(1))).getBoundingClientRect().top") < 50
+    page.screenshot(path=ARTIFACTS / "book-multi-head-attention.png")
+
+
+PROSE_TEXT = """() => {  // the text of the Markdown cells, outside code and typeset math
+  const walker = document.createTreeWalker(document.querySelector("main"), NodeFilter.SHOW_TEXT);
+  const parts = [];
+  while (walker.nextNode()) {
+    const parent = walker.currentNode.parentElement;
+    if (parent.closest(".jp-MarkdownCell") && !parent.closest("code, pre, .katex")) parts.push(walker.currentNode.textContent);
+  }
+  return parts.join("");
+}"""
+
+
+def test_math_is_typeset_everywhere_and_fully_in_part_1(tutorial: Path, page) -> None:
+    for nb in notebooks():
+        name = nb.with_suffix(".html").name
+        open_page(page, tutorial, name)
+        raw = re.findall(r"\$[^$]+\$", page.evaluate(PROSE_TEXT))
+        assert raw == [], f"{name}: formulas left as LaTeX: {raw[:3]}"
+        assert page.locator(".katex-error").count() == 0, f"{name}: KaTeX could not typeset {page.locator('.katex-error').first.inner_text()}"
+    [part1] = [nb for nb in notebooks() if nb.name.startswith("01")]
+    open_page(page, tutorial, "01_model.html")
+    typeset = page.locator(".jp-MarkdownCell .katex").count()
+    assert typeset == formulas(part1) > 40, (typeset, formulas(part1))
+    assert page.locator(".katex-display").count() >= 4  # the numbered equations (1) to (4)
+
+
+def test_pages_read_as_a_book(tutorial: Path, page) -> None:
+    for nb in notebooks():
+        name = nb.with_suffix(".html").name
+        open_page(page, tutorial, name)
+        text = page.locator("body").inner_text()
+        assert not re.search(r"(?m)^\s*#\|", text), f"{name} shows an nbdev directive"  # prose may name them, mid-line
+        assert not re.search(r"\b(In|Out)\s*\[\s*\d*\s*\]:", text), f"{name} shows execution counters"
+        colab = page.locator(".book-header a.book-colab")
+        assert colab.get_attribute("href").endswith(f"/blob/main/nbs/{nb.name}")
+        assert colab.locator("img").evaluate("img => img.complete && img.naturalWidth > 0")
+        if name != "index.html":
+            imports = page.locator("details.book-imports")
+            assert imports.count() >= 1 and not imports.first.evaluate("d => d.open"), f"{name}: its imports are not folded"
+    page.emulate_media(media="print")
+    assert page.locator(".book-sidebar").is_hidden() and page.locator(".book-pager").is_hidden()
+    assert page.locator("main").evaluate("m => m.getBoundingClientRect().left") < 50
 
 
 def test_images_are_loaded_and_no_output_shows_an_error(tutorial: Path, page) -> None:
     for nb in notebooks():
         name = nb.with_suffix(".html").name
-        page.goto((tutorial / name).as_uri())
-        page.wait_for_load_state("load")
-        images = page.eval_on_selector_all("img", "imgs => imgs.map(i => ({loaded: i.complete && i.naturalWidth > 0, src: i.src.slice(0, 40)}))")
+        open_page(page, tutorial, name)
+        images = page.eval_on_selector_all("main img", "imgs => imgs.map(i => ({loaded: i.complete && i.naturalWidth > 0, src: i.src.slice(0, 40)}))")
         assert all(image["loaded"] for image in images), f"{name}: an image did not load: {images}"
         assert len(images) >= committed_images(nb), f"{name}: {len(images)} images, the notebook has {committed_images(nb)}"
         errors = page.eval_on_selector_all(".jp-OutputArea-output", "outs => outs.filter(o => o.innerText.includes('Traceback (most recent call last)')).length")
         assert errors == 0, f"{name}: {errors} output cells show a Python error"
     ARTIFACTS.mkdir(exist_ok=True)
-    page.goto((tutorial / "index.html").as_uri())
-    page.screenshot(path=ARTIFACTS / "tutorial-index.png")
+    open_page(page, tutorial, "index.html")
+    page.screenshot(path=ARTIFACTS / "book-index.png")
 
 
 def test_the_attention_chapter_shows_its_heatmaps(tutorial: Path, page) -> None:
     [chapter] = [nb for nb in notebooks() if nb.name.startswith("07")]
-    page.goto((tutorial / chapter.with_suffix(".html").name).as_uri())
+    open_page(page, tutorial, chapter.with_suffix(".html").name)
     images = page.locator(".jp-OutputArea-output img")
     assert images.count() >= 7  # the checks' figure, the overview, the head measurements and four heatmap figures
     sizes = images.evaluate_all("imgs => imgs.map(i => [i.naturalWidth, i.naturalHeight])")
     assert all(w > 200 and h > 100 for w, h in sizes), sizes
     images.nth(3).scroll_into_view_if_needed()
-    page.screenshot(path=ARTIFACTS / "tutorial-attention.png")
-    assert (ARTIFACTS / "tutorial-attention.png").stat().st_size > 10_000
+    page.screenshot(path=ARTIFACTS / "book-heatmaps.png")
+    assert (ARTIFACTS / "book-heatmaps.png").stat().st_size > 10_000
+
+
+def shown(view, column: str) -> list[tuple[str, str]]:
+    "The tokens of one column of the view, with the weight written beside each."
+    return [tuple(pair) for pair in view.locator(f".av-{column} .av-token").evaluate_all(
+        "tokens => tokens.map(t => [t.querySelector('.av-text').textContent, t.querySelector('.av-weight').textContent])")]
+
+
+def check_view(view, expected) -> list[list[str]]:
+    """Choose sentences, kinds, layers and heads; point at a query and at a key; compare what is shown with
+    expected(sentence, kind, rows, cols) -> (N, h, Q, K) weights. Returns the weights shown, one list a choice."""
+    sentences = view.locator(".av-sentence option").count()
+    layers, heads = view.locator(".av-layer option").count(), view.locator(".av-head option").count()
+    seen = []
+    for sentence, kind, layer, head in [(0, "encoder", 0, 0), (sentences - 1, "decoder_src", layers - 1, heads - 1),
+                                        (sentences - 1, "decoder_src", layers - 1, 0), (0, "decoder_self", layers - 1, heads // 2)]:
+        for name, value in [("sentence", sentence), ("kind", kind), ("layer", layer), ("head", head)]:
+            view.locator(f".av-{name}").select_option(str(value))
+        rows, cols = [token for token, _ in shown(view, "queries")], [token for token, _ in shown(view, "keys")]
+        weights = expected(sentence, kind, rows, cols)[layer, head]  # (Q, K)
+        query, key = len(rows) // 2, len(cols) // 2
+        view.locator(".av-queries .av-token").nth(query).hover()
+        written = [w for _, w in shown(view, "keys")]
+        assert all(re.fullmatch(r"\d\.\d\d", w) for w in written), written
+        assert torch.allclose(torch.tensor([float(w) for w in written]), weights[query], atol=0.005 + 1e-6), (kind, written, weights[query])
+        view.locator(".av-keys .av-token").nth(key).hover()
+        written = [w for _, w in shown(view, "queries")]
+        assert torch.allclose(torch.tensor([float(w) for w in written]), weights[:, key], atol=0.005 + 1e-6), (kind, written, weights[:, key])
+        seen.append(written)
+    assert seen[1] != seen[2], "choosing another head changed nothing"
+    return seen
+
+
+def test_the_interactive_view_of_a_random_model_shows_its_weights(page, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = ModelConfig(N=2, d_model=32, d_ff=64, h=4).build(20, 20)
+    sentences = [(torch.tensor([[1, 5, 6, 7, 8, 2]]), torch.tensor([[1, 9, 10, 11]])), (torch.tensor([[1, 12, 13, 2]]), torch.tensor([[1, 14, 15, 16, 17]]))]
+    maps = [AttentionMaps([f"s{i}" for i in src[0].tolist()], [f"t{i}" for i in tgt[0].tolist()], attention_weights(model, src, tgt, pad=0))
+            for src, tgt in sentences]
+    (tmp_path / "view.html").write_text(f"<html><body>{maps[0].to_html()}<hr>{AttentionView(maps).to_html()}</body></html>")
+    page.goto((tmp_path / "view.html").as_uri())
+    assert page.locator(".attention-view").count() == 2  # two views on one page work independently
+    check_view(page.locator(".attention-view").nth(1), lambda s, kind, rows, cols: maps[s].weights[kind])
+    check_view(page.locator(".attention-view").nth(0), lambda s, kind, rows, cols: maps[0].weights[kind])
+
+
+def test_the_rendered_interactive_view_shows_the_trained_models_weights(tutorial: Path, page) -> None:
+    from annotated_transformer._chapters import chapter_run
+    from annotated_transformer.checkpoint import load_checkpoint, model_from_checkpoint
+
+    run_dir, _ = chapter_run()  # the run Part 7 was rendered with
+    model, src_vocab, tgt_vocab = model_from_checkpoint(load_checkpoint(run_dir / "last.pt"))
+
+    def expected(sentence: int, kind: str, rows: list[str], cols: list[str]) -> torch.Tensor:
+        tokens = {"encoder": (rows, None), "decoder_self": (None, rows), "decoder_src": (cols, rows)}[kind]
+        view.locator(".av-kind").select_option("decoder_src")  # its columns are the source, its rows the target
+        src_tokens, tgt_tokens = [t for t, _ in shown(view, "keys")], [t for t, _ in shown(view, "queries")]
+        view.locator(".av-kind").select_option(kind)
+        assert tokens[0] in (None, src_tokens) and tokens[1] in (None, tgt_tokens)
+        src = torch.tensor([[src_vocab.stoi[t] for t in src_tokens]])
+        tgt = torch.tensor([[tgt_vocab.stoi[t] for t in tgt_tokens]])
+        return attention_weights(model, src, tgt, src_vocab.pad)[kind]
+
+    open_page(page, tutorial, "07_visualization.html")
+    view = page.locator(".attention-view").last
+    view.scroll_into_view_if_needed()
+    assert view.locator(".av-sentence option").count() >= 3
+    check_view(view, expected)
+    page.screenshot(path=ARTIFACTS / "book-attention-view.png")

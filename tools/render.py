@@ -1,26 +1,44 @@
-"""Execute every notebook in nbs/ top to bottom and render the tutorial to HTML.
+"""Execute every notebook in nbs/ top to bottom and render the tutorial as a book of HTML pages.
 
-The pages go to _docs/ (one per notebook, index.html first), each with a navigation bar linking the
-chapters in order. Slow cells run too: that is the point of the main job. The committed notebooks
-are not modified; the executed copies exist only in memory.
+The pages go to _docs/ (one per notebook, index.html first), each with a sidebar listing the chapters
+and the current chapter's sections, previous/next links and an "Open in Colab" badge. Formulas are
+typeset by KaTeX, copied into _docs/katex/ from the npm package pinned below, so the book reads
+offline: no page loads anything from the network. nbdev's directives and `#| hide` cells are left
+out, prompts are hidden, each chapter's import cells are folded, and a print stylesheet drops the
+navigation. Slow cells run too: that is the point of the main job. The committed notebooks are not
+modified; the executed copies exist only in memory.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import base64
+import hashlib
 import html
+import io
+import os
 import re
+import shutil
 import sys
+import tarfile
 import time
+import urllib.request
 from pathlib import Path
 
 import nbformat
+import yaml
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 from nbconvert import HTMLExporter
 
 ROOT = Path(__file__).resolve().parent.parent
 NBS = ROOT / "nbs"
+BOOK = ROOT / "tools" / "book"  # the template, stylesheet, script and badge
+KATEX_VERSION = "0.19.1"  # npm's katex, pinned by version and by the registry's sha512 of its tarball
+KATEX_URL = f"https://registry.npmjs.org/katex/-/katex-{KATEX_VERSION}.tgz"
+KATEX_SHA512 = "jG8uKntjSEcm2EpQOh0XturpPuuC9r3Sq5HLHdsFdWZT27E672SF19QEi+of0/YeOy15lDgRhKvr5614uRrEfA=="
+COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"  # the README's badge; pages use a local copy
 
 
 def chapters(nbs: Path) -> list[Path]:
@@ -44,34 +62,150 @@ def title(nb: nbformat.NotebookNode, fallback: str) -> str:
     return fallback
 
 
+def colab_url(nb_path: Path) -> str:
+    "The notebook opened in Colab from the repository named in nbs/nbdev.yml."
+    site = yaml.safe_load((NBS / "nbdev.yml").read_text())["website"]
+    repo = site["repo-url"].removeprefix("https://github.com/")
+    return f"https://colab.research.google.com/github/{repo}/blob/{site['repo-branch']}/nbs/{nb_path.name}"
+
+
+# --- KaTeX, bundled -------------------------------------------------------------------------------
+
+def katex_tarball() -> bytes:
+    "The pinned KaTeX package: $KATEX_TARBALL if set, else the cached download (fetched once from npm's registry)."
+    path = Path(os.environ.get("KATEX_TARBALL") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                / "annotated-transformer" / f"katex-{KATEX_VERSION}.tgz")
+    if not path.is_file():
+        print(f"      downloading KaTeX {KATEX_VERSION} from {KATEX_URL}", flush=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with urllib.request.urlopen(KATEX_URL, timeout=60) as response:
+            data = response.read()
+        path.write_bytes(data)
+    data = path.read_bytes()
+    if base64.b64encode(hashlib.sha512(data).digest()).decode() != KATEX_SHA512:
+        raise SystemExit(f"{path}: not KaTeX {KATEX_VERSION} (its sha512 differs from npm's); delete it to download again")
+    return data
+
+
+def install_katex(out: Path) -> None:
+    "Copy KaTeX's script, auto-render, stylesheet, woff2 fonts and license into out/katex/."
+    wanted = re.compile(r"package/(?:dist/(katex\.min\.js|katex\.min\.css|contrib/auto-render\.min\.js|fonts/[\w-]+\.woff2)|(LICENSE))$")
+    with tarfile.open(fileobj=io.BytesIO(katex_tarball()), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            match = wanted.match(member.name)
+            if match and member.isfile():  # named files only: nothing else in the archive is written
+                target = out / "katex" / (match.group(1) or match.group(2))
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(tar.extractfile(member).read())
+
+
+# --- the notebook, prepared for reading ------------------------------------------------------------
+
 DIRECTIVE = re.compile(r"^\s*#\|.*(?:\n|$)", re.MULTILINE)  # an nbdev directive line, e.g. `#| export`
 
 
-def strip_directives(nb: nbformat.NotebookNode) -> None:
-    "Remove the cells marked `#| hide` (setup and export plumbing), as nbdev's docs do, and the directive lines of the rest."
+def only_imports(source: str) -> bool:
+    "Whether a code cell does nothing but import."
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return False
+    return bool(body) and all(isinstance(node, (ast.Import, ast.ImportFrom)) for node in body)
+
+
+def prepare(nb: nbformat.NotebookNode) -> None:
+    """Drop the `#| hide` cells and every directive line, as nbdev's docs do; fold the import cells and label
+    the exported ones with their module (in cell.metadata.book, which the template reads)."""
+    module = next((m.group(1) for cell in nb.cells if (m := re.search(r"^#\|\s*default_exp\s+(\S+)", cell.source, re.M))), None)
     kept = []
     for cell in nb.cells:
         if re.match(r"\s*#\|\s*hide\b", cell.source):
             continue
+        exported = cell.cell_type == "code" and re.search(r"^#\|\s*exports?\b", cell.source, re.M) is not None
         cell.source = DIRECTIVE.sub("", cell.source).strip("\n")
+        if cell.cell_type == "code" and only_imports(cell.source):
+            cell.metadata["book"] = {"imports": f"Imports{f' of annotated_transformer/{module}.py' if exported and module else ''}"}
+        elif exported and module:
+            cell.metadata["book"] = {"module": f"annotated_transformer/{module}.py"}
         if cell.source or cell.get("outputs"):  # a cell that held only `#| default_exp` goes
             kept.append(cell)
     nb.cells = kept
 
 
-def nav_bar(pages: list[tuple[str, str]], current: int) -> str:
-    "Links to every chapter, plus previous and next."
+# --- navigation ------------------------------------------------------------------------------------
+
+HEADING = re.compile(r'<h([2-4]) id="([^"]+)"[^>]*>(.*?)</h\1>', re.DOTALL)
+
+
+def headings(body: str) -> list[tuple[int, str, str]]:
+    "The page's section headings, (level, id, text), in order."
+    found = []
+    for level, anchor, inner in HEADING.findall(body):
+        text = html.unescape(re.sub(r"<[^>]+>", "", inner)).replace("¶", "").strip()
+        found.append((int(level), anchor, text))
+    return found
+
+
+def toc(sections: list[tuple[int, str, str]]) -> str:
+    "Nested lists of links to the sections, by heading level."
+    out, depth = [], 1
+    for level, anchor, text in sections:
+        level = level - 1  # h2 is the first level
+        while depth < level:
+            out.append("<ul>")
+            depth += 1
+        while depth > level:
+            out.append("</ul>")
+            depth -= 1
+        out.append(f'<li><a href="#{html.escape(anchor)}">{html.escape(text)}</a></li>')
+    out.extend("</ul>" for _ in range(depth - 1))
+    return '<ul class="book-toc">' + "".join(out) + "</ul>"
+
+
+def sidebar(pages: list[tuple[str, str]], current: int, sections: list[tuple[int, str, str]]) -> str:
+    "Every chapter, the current one opened to its sections."
     items = []
     for i, (href, name) in enumerate(pages):
-        label = html.escape(name)
-        items.append(f"<strong>{label}</strong>" if i == current else f'<a href="{href}">{label}</a>')
-    prev_link = f'<a href="{pages[current - 1][0]}">&larr; previous</a>' if current > 0 else ""
-    next_link = f'<a href="{pages[current + 1][0]}">next &rarr;</a>' if current + 1 < len(pages) else ""
-    return (
-        '<nav class="tutorial-nav" style="padding:0.6em 1em;border-bottom:1px solid #ccc;font-family:sans-serif">'
-        + " | ".join(items)
-        + f'<span style="float:right">{prev_link} {next_link}</span></nav>'
-    )
+        label = f'<a href="{href}">{html.escape(name)}</a>'
+        items.append(f'<li class="book-current">{label}{toc(sections)}</li>' if i == current else f"<li>{label}</li>")
+    return ('<aside class="book-sidebar"><div class="book-title"><a href="index.html">annotated-transformer</a></div>'
+            f'<nav aria-label="chapters"><ol class="book-chapters">{"".join(items)}</ol></nav></aside>')
+
+
+def pager(pages: list[tuple[str, str]], current: int) -> str:
+    "Previous and next chapter, with their titles."
+    links = []
+    if current > 0:
+        href, name = pages[current - 1]
+        links.append(f'<a class="book-prev" rel="prev" href="{href}"><small>&larr; previous</small>{html.escape(name)}</a>')
+    if current + 1 < len(pages):
+        href, name = pages[current + 1]
+        links.append(f'<a class="book-next" rel="next" href="{href}"><small>next &rarr;</small>{html.escape(name)}</a>')
+    return f'<nav class="book-pager" aria-label="previous and next">{"".join(links)}</nav>'
+
+
+def header(pages: list[tuple[str, str]], current: int, nb_path: Path) -> str:
+    "The line above the page: previous, next, and the notebook in Colab."
+    prev_link = f'<a rel="prev" href="{pages[current - 1][0]}">&larr; previous</a>' if current > 0 else ""
+    next_link = f'<a rel="next" href="{pages[current + 1][0]}">next &rarr;</a>' if current + 1 < len(pages) else ""
+    badge = f'<a class="book-colab" href="{colab_url(nb_path)}"><img src="colab-badge.svg" alt="Open in Colab"></a>'
+    return f'<header class="book-header">{prev_link}{next_link}<span class="book-spacer"></span>{badge}</header>'
+
+
+def page(body: str, pages: list[tuple[str, str]], current: int, nb_path: Path) -> str:
+    "Fill the template's slots and point links at pages and local files."
+    body = re.sub(r'href="([^":]+)\.ipynb', r'href="\1.html', body)  # chapter links point at pages
+    body = body.replace(COLAB_BADGE, "colab-badge.svg")
+    body = body.replace("<!--book:sidebar-->", sidebar(pages, current, headings(body)), 1)
+    body = body.replace("<!--book:header-->", header(pages, current, nb_path), 1)
+    return body.replace("<!--book:footer-->", pager(pages, current), 1)
+
+
+def install_assets(out: Path) -> None:
+    "The stylesheet, script, badge and KaTeX beside the pages."
+    for name in ("book.css", "book.js", "colab-badge.svg"):
+        shutil.copyfile(BOOK / name, out / name)
+    install_katex(out)
 
 
 def execute(nb_path: Path, timeout: int) -> nbformat.NotebookNode:
@@ -87,30 +221,31 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "_docs", help="output folder (default: _docs)")
     parser.add_argument("--timeout", type=int, default=3600, help="seconds allowed per cell (default: 3600)")
     parser.add_argument("--only", nargs="*", default=None, help="render only these notebooks (file names), still linking all")
+    parser.add_argument("--no-execute", action="store_true", help="render the committed outputs instead of running the notebooks")
     args = parser.parse_args()
 
     paths = chapters(NBS)
     notebooks = {p: nbformat.read(p, as_version=4) for p in paths}
     pages = [(page_name(p), title(notebooks[p], p.stem)) for p in paths]
     args.out.mkdir(parents=True, exist_ok=True)
-    exporter = HTMLExporter(template_name="lab")
+    install_assets(args.out)
+    exporter = HTMLExporter(template_name="book", extra_template_basedirs=[str(BOOK / "templates")],
+                            exclude_input_prompt=True, exclude_output_prompt=True)
 
     start = time.time()
     for i, path in enumerate(paths):
         if args.only is not None and path.name not in args.only:
             continue
         t0 = time.time()
-        print(f"[{i + 1}/{len(paths)}] executing {path.name} ...", flush=True)
+        print(f"[{i + 1}/{len(paths)}] {'rendering' if args.no_execute else 'executing'} {path.name} ...", flush=True)
         try:
-            nb = execute(path, args.timeout)
+            nb = notebooks[path] if args.no_execute else execute(path, args.timeout)
         except CellExecutionError as error:
             print(f"FAILED: {path.name} raised an error; no page written for it.\n{error}", file=sys.stderr)
             return 1
-        strip_directives(nb)
+        prepare(nb)
         body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": pages[i][1]}})
-        body = re.sub(r'href="([^":]+)\.ipynb', r'href="\1.html', body)  # chapter links point at pages
-        body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav_bar(pages, i), body, count=1)
-        (args.out / pages[i][0]).write_text(body, encoding="utf-8")
+        (args.out / pages[i][0]).write_text(page(body, pages, i, path), encoding="utf-8")
         print(f"      wrote {args.out / pages[i][0]} in {time.time() - t0:.0f} s", flush=True)
     print(f"Done in {time.time() - start:.0f} s. Open {args.out / 'index.html'} in a browser.")
     return 0
