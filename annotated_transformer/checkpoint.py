@@ -20,7 +20,8 @@ from torch import Tensor
 
 from . import __version__
 from .data import Vocab, load_tokenizers
-from .model import EncoderDecoder, ModelConfig
+from .model import EncoderDecoder
+from .recurrent import RecurrentEncoderDecoder, model_config
 from .subwords import SubwordTokenizer
 
 # %% auto #0
@@ -77,13 +78,13 @@ def load_checkpoint(path: str | Path) -> dict:
 def model_from_checkpoint(
     ckpt: dict,
     source: str | Path = "the checkpoint",  # names the file in error messages
-) -> tuple[EncoderDecoder, Vocab, Vocab]:
+) -> tuple[EncoderDecoder | RecurrentEncoderDecoder, Vocab, Vocab]:
     "The trained model (in eval mode) and its source and target vocabularies."
     missing = [key for key in ("config", "model", "src_vocab", "tgt_vocab") if key not in ckpt]
     if missing:
         raise ValueError(f"{source} has no {', '.join(missing)}: it is not a checkpoint that `train` wrote")
     try:
-        config = ModelConfig(**ckpt["config"]["model"])
+        config = model_config(ckpt["config"]["model"])
         src_vocab, tgt_vocab = Vocab.from_state_dict(ckpt["src_vocab"]), Vocab.from_state_dict(ckpt["tgt_vocab"])
     except (TypeError, KeyError, ValueError) as error:  # unknown or missing settings, a damaged vocabulary
         raise ValueError(f"{source} has a model configuration or vocabulary this version cannot use ({error})") from None

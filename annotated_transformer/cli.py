@@ -4,6 +4,7 @@
     annotated-transformer train --out runs/subwords --vocab-size 8000
     annotated-transformer train --out runs/en-fr --src-lang en --tgt-lang fr --vocab-size 8000
     annotated-transformer train --out runs/mine --train-src train.xx --train-tgt train.yy --valid-src val.xx --valid-tgt val.yy
+    annotated-transformer train --out runs/lexical --arch lexical --train-pairs 10000
     annotated-transformer evaluate --checkpoint runs/mine/last.pt --src test.xx --ref test.yy --output test.out
     torchrun --standalone --nproc_per_node=gpu -m annotated_transformer.cli train --out runs/ddp
     annotated-transformer evaluate --checkpoint runs/multi30k/last.pt --split test2016
@@ -41,7 +42,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import NamedTuple, NoReturn, TextIO
 
@@ -56,7 +57,8 @@ from annotated_transformer import __version__
 from annotated_transformer.checkpoint import average_last, load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
 from annotated_transformer.data import Vocab, load_multi30k, read_lines
 from annotated_transformer.distributed import PRECISIONS, cleanup_distributed, default_precision, setup_distributed
-from annotated_transformer.model import EncoderDecoder, ModelConfig
+from annotated_transformer.model import EncoderDecoder, ModelConfig, count_parameters
+from annotated_transformer.recurrent import ARCHS, RecurrentConfig, RecurrentEncoderDecoder, arch_of
 from annotated_transformer.trainer import TrainConfig, train
 from annotated_transformer.translation import bleu, detokenize, translate_nbest
 
@@ -85,8 +87,10 @@ def _config_file(path: Path) -> TrainConfig:
         raise UsageError(f"--config {path}: no such file")
     try:
         settings = tomllib.loads(path.read_text()) if path.suffix == ".toml" else json.loads(path.read_text())
-        defaults = TrainConfig().to_dict()
-        return TrainConfig.from_dict({**defaults, **settings, "model": {**defaults["model"], **settings.get("model", {})}})
+        defaults, model = TrainConfig().to_dict(), settings.get("model", {})
+        if model.get("arch", "transformer") != "transformer":  # a recurrent model: its own defaults
+            defaults["model"] = asdict(RecurrentConfig(arch=model["arch"]))
+        return TrainConfig.from_dict({**defaults, **settings, "model": {**defaults["model"], **model}})
     except (ValueError, TypeError, AttributeError) as error:  # not JSON/TOML, an unknown setting, a bad value, not a table
         raise ValueError(f"--config {path}: {error}") from None
 
@@ -95,20 +99,35 @@ def _train_config(args: argparse.Namespace, files: dict | None) -> TrainConfig:
     "The defaults, the --config file or on --resume the checkpoint's configuration, with the flags that were given."
     if args.resume and args.config:
         raise UsageError("--config sets up a new run; a resumed run keeps the configuration in its checkpoint")
-    overrides = {name: getattr(args, name) for name in ("epochs", "max_tokens", "accum_iter", "warmup", "seed", "src_lang", "tgt_lang")
-                 if getattr(args, name) is not None}
+    overrides = {name: getattr(args, name) for name in ("epochs", "max_tokens", "accum_iter", "warmup", "seed", "src_lang", "tgt_lang",
+                                                        "train_pairs") if getattr(args, name) is not None}
     if args.resume:
         base = TrainConfig.from_dict(load_checkpoint(args.out / "last.pt")["config"])
     else:
         base = _config_file(args.config) if args.config else TrainConfig()
     vocab_size = args.vocab_size or base.vocab_size or (DEFAULT_VOCAB_SIZE if files and not args.resume else None)
-    model = base.model
-    if args.model is not None:
-        model = TrainConfig().model if args.model == "multi30k" else replace(ModelConfig.preset(args.model), norm_first=True)
+    model = _model_config(args, base.model)
     if not (args.resume or args.config):  # subwords: one shared vocabulary and the three tied weights of §3.4
         model = replace(model, share_embeddings=vocab_size is not None)
     overrides["model"] = model if args.dropout is None else replace(model, dropout=args.dropout)
     return replace(base, **overrides, vocab_size=vocab_size)
+
+
+def _model_config(args: argparse.Namespace, base: ModelConfig | RecurrentConfig) -> ModelConfig | RecurrentConfig:
+    "The model --arch, --model and the layer counts choose; `base` (the default, the --config file's or the resumed run's) if none is given."
+    layers = {name: getattr(args, name) for name in ("enc_layers", "dec_layers") if getattr(args, name) is not None}
+    arch = args.arch or arch_of(base)
+    if arch == "transformer":
+        if layers:
+            raise UsageError("--enc-layers and --dec-layers size a recurrent model (--arch lstm or lexical): "
+                             "a Transformer's size comes from --model")
+        if args.model is None:
+            return base if arch_of(base) == "transformer" else TrainConfig().model
+        return TrainConfig().model if args.model == "multi30k" else replace(ModelConfig.preset(args.model), norm_first=True)
+    if args.model is not None:
+        raise UsageError(f"--model chooses a Transformer's size: it does not apply to --arch {arch} (use --enc-layers and --dec-layers)")
+    start = base if arch_of(base) == arch else RecurrentConfig(arch=arch)
+    return replace(start, **layers)
 
 
 def _train(args: argparse.Namespace) -> None:
@@ -134,7 +153,7 @@ class UsageError(Exception):
 class Loaded(NamedTuple):
     "What decoding needs from a checkpoint."
 
-    model: EncoderDecoder
+    model: EncoderDecoder | RecurrentEncoderDecoder
     src_vocab: Vocab
     tgt_vocab: Vocab
     tokenizers: tuple  # (source, target)
@@ -211,7 +230,8 @@ def _evaluate(args: argparse.Namespace) -> None:
     scores = bleu(hypotheses, references, loaded.tokenizers[1])
     if args.json:  # sacreBLEU's own fields, then what was translated and how
         print(json.dumps({**scores.fields, "tokenized_lowercase": scores.tokenized_lowercase, "data": name, "sentences": len(sources),
-                          "checkpoint": str(args.checkpoint), "beam": args.beam, "alpha": args.alpha,
+                          "checkpoint": str(args.checkpoint), "arch": arch_of(loaded.config.model),
+                          "parameters": count_parameters(loaded.model), "beam": args.beam, "alpha": args.alpha,
                           "average_last": args.average_last, "allow_unk": args.allow_unk}))
     else:
         print(f"{name} ({len(sources)} sentences, {_decoding(args)}): {scores}")
@@ -299,7 +319,10 @@ def _translate(args: argparse.Namespace) -> None:
     chunks = _translate_inputs(args)
     first = next(chunks, [])  # read, so checked, before the model loads
     loaded = _load(args)
-    layers = len(loaded.model.encoder.layers)
+    if args.attention and isinstance(loaded.model, RecurrentEncoderDecoder):
+        raise UsageError(f"--attention draws a Transformer's attention heads: {args.checkpoint} holds a recurrent model "
+                         f"({loaded.config.model.arch}); Part 8 shows its attention as a heatmap")
+    layers = len(loaded.model.encoder.layers) if isinstance(loaded.model, EncoderDecoder) else 1
     if args.layer is not None and not 0 <= args.layer < layers:  # before translating: nothing is printed
         raise UsageError(f"--layer {args.layer} is out of range: the model has {layers} layers, numbered 0 to {layers - 1}")
     layer = layers - 1 if args.layer is None else args.layer
@@ -419,8 +442,14 @@ def parser() -> argparse.ArgumentParser:
                    f"(default for your own files: {DEFAULT_VOCAB_SIZE}; Multi30k: words unless given)")
     t.add_argument("--config", type=Path, metavar="FILE", help="a training configuration (.json or .toml: TrainConfig's settings, "
                    "the model's under 'model'); flags given override it")
+    t.add_argument("--arch", choices=["transformer", *ARCHS], help="the architecture (default transformer; lstm: an attentional LSTM "
+                   "encoder-decoder; lexical: the same with the lexical model; Part 8)")
     t.add_argument("--model", choices=["multi30k", "small", "tiny", "base", "big"],
-                   help="model sizes (default multi30k: N=3, d_model=256; small: N=2, d_model=128, a few minutes on a CPU; all pre-norm)")
+                   help="the Transformer's size (default multi30k: N=3, d_model=256; small: N=2, d_model=128, a few minutes on a CPU; all pre-norm)")
+    t.add_argument("--enc-layers", type=_positive, help="--arch lstm or lexical: bidirectional LSTM layers of the encoder (default 1)")
+    t.add_argument("--dec-layers", type=_positive, help="--arch lstm or lexical: LSTM layers of the decoder (default 1)")
+    t.add_argument("--train-pairs", type=_positive, metavar="N", help="train on N of the training pairs, chosen at random by --seed "
+                   "(default: all)")
     t.add_argument("--epochs", type=_positive, help=f"total epochs (default {TrainConfig().epochs})")
     t.add_argument("--max-tokens", type=_positive, help=f"tokens per batch (default {TrainConfig().max_tokens})")
     t.add_argument("--accum-iter", type=_positive, help="batches per optimizer step (default 1)")

@@ -28,21 +28,22 @@ from .data import (EncodedPairs, Vocab, encode_pairs, file_sha256, load_multi30k
                                         read_parallel, tokenize_all)
 from .distributed import PRECISIONS, gather_objects, make_scaler, rank_and_world, wrap_for_training
 from .model import EncoderDecoder, ModelConfig, count_parameters
+from .recurrent import RecurrentConfig, arch_of, model_config
 from .subwords import SubwordTokenizer, shared_vocab
 from .training import Batch, LabelSmoothing, TrainState, noam_optimizer, run_epoch
 from .translation import bleu, translate
 
 # %% auto #0
 __all__ = ['VAL_EXTRA', 'TrainConfig', 'existing_run', 'claim_run_folder', 'resumed_config', 'load_pairs', 'check_same_data',
-           'new_tokenizers', 'build_vocabularies', 'restore', 'validate', 'check_lengths', 'write_history',
-           'tensorboard_writer', 'save_epoch', 'train']
+           'training_subset', 'new_tokenizers', 'build_vocabularies', 'restore', 'validate', 'check_lengths',
+           'write_history', 'tensorboard_writer', 'save_epoch', 'train']
 
 # %% ../nbs/05_multi30k.ipynb #a596de03
 @dataclass(frozen=True)
 class TrainConfig:
     "Everything a training run needs besides the data; stored in every checkpoint."
 
-    model: ModelConfig = field(default_factory=lambda: ModelConfig(N=3, d_model=256, d_ff=1024, h=8, dropout=0.1, norm_first=True))
+    model: ModelConfig | RecurrentConfig = field(default_factory=lambda: ModelConfig(N=3, d_model=256, d_ff=1024, h=8, dropout=0.1, norm_first=True))
     epochs: int = 20
     max_tokens: int = 4096  # padded tokens per batch (longer side)
     accum_iter: int = 1  # batches per optimizer step
@@ -54,6 +55,7 @@ class TrainConfig:
     src_lang: str = "de"  # Multi30k's language codes (and spaCy's, for words)
     tgt_lang: str = "en"
     vocab_size: int | None = None  # subwords: one shared vocabulary of this size (§5.1); None: words, one vocabulary per language
+    train_pairs: int | None = None  # train on a random subset of this many training pairs (chosen by `seed`); None: all
 
     def __post_init__(self):
         for name in ("epochs", "max_tokens", "accum_iter", "warmup"):
@@ -61,8 +63,9 @@ class TrainConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0.0 <= self.smoothing < 1.0:
             raise ValueError(f"smoothing must be in [0, 1), got {self.smoothing}")
-        if self.vocab_size is not None and self.vocab_size < 1:
-            raise ValueError(f"vocab_size must be at least 1, got {self.vocab_size}")
+        for name in ("vocab_size", "train_pairs"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.model.share_embeddings and self.vocab_size is None:
             raise ValueError("share_embeddings needs one vocabulary for both languages: set vocab_size (subwords)")
 
@@ -73,7 +76,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
         "The configuration a checkpoint stored."
-        return cls(**{**d, "model": ModelConfig(**d["model"])})
+        return cls(**{**d, "model": model_config(d["model"])})
 
 # %% ../nbs/05_multi30k.ipynb #4f824321
 def existing_run(out_dir: Path) -> list[str]:
@@ -121,6 +124,8 @@ def _flat(config: dict) -> dict:
 def resumed_config(ckpt: dict, config: TrainConfig | None, path: Path) -> TrainConfig:
     "The stored configuration of a run being resumed, with `config`'s epochs; other differences are errors."
     stored = TrainConfig.from_dict(ckpt["config"])
+    if config is not None and arch_of(config.model) != arch_of(stored.model):
+        raise ValueError(f"--resume: {path} holds a {arch_of(stored.model)} model, not a {arch_of(config.model)} one")
     if config is not None and replace(config, epochs=stored.epochs) != stored:
         given, kept = _flat(config.to_dict()), _flat(stored.to_dict())
         differences = [f"{k}={given[k]!r} (the run has {kept[k]!r})" for k in given if k != "epochs" and given[k] != kept[k]]
@@ -160,6 +165,13 @@ def check_same_data(trained_on: dict, now: dict, path: Path) -> None:
     if contents[0] != contents[1]:
         raise ValueError(f"--resume with other data than {path} was trained on ({_describe(trained_on)}), "
                          f"now {_describe(now)}: resume with the same data, or train a new run")
+
+
+def training_subset(pairs: list[tuple[str, str]], n: int, seed: int) -> list[tuple[str, str]]:
+    "n of the training pairs, chosen at random by `seed` (the same n and seed, the same pairs), in their original order."
+    if n > len(pairs):
+        raise ValueError(f"train_pairs={n:,} is more than the {len(pairs):,} training pairs")
+    return [pairs[i] for i in sorted(random.Random(seed).sample(range(len(pairs)), n))]
 
 # %% ../nbs/05_multi30k.ipynb #26113847
 def new_tokenizers(config: TrainConfig, train_pairs: list[tuple[str, str]]) -> tuple:
@@ -300,6 +312,8 @@ def train(
             pairs, origin = load_pairs(config, data_dir, files, log)
         else:  # given in Python: known by their contents
             origin = {"pairs": hashlib.sha256(json.dumps(pairs, sort_keys=True).encode()).hexdigest()}
+        if config.train_pairs is not None:
+            pairs = {**pairs, "train": training_subset(pairs["train"], config.train_pairs, config.seed)}
         if ckpt is not None and "data" in ckpt:  # checkpoints of version 0.2 do not say
             check_same_data(ckpt["data"], origin, out_dir / "last.pt")
         tokenizers = tokenizers_from_checkpoint(ckpt, out_dir / "last.pt") if ckpt is not None else new_tokenizers(config, pairs["train"])

@@ -19,7 +19,8 @@ import pytest
 from synthetic import synthetic_pairs, write_split
 
 from annotated_transformer._chapters import CPU_CONFIG
-from annotated_transformer.checkpoint import load_checkpoint
+from annotated_transformer.checkpoint import load_checkpoint, model_from_checkpoint
+from annotated_transformer.model import count_parameters
 
 FAST = ["--max-tokens", "400", "--warmup", "20", "--quiet"]
 
@@ -58,6 +59,8 @@ def test_evaluate_json_is_sacrebleus_score_with_the_settings(run: Path, corpus: 
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert (result["name"], result["data"], result["sentences"], result["beam"], result["alpha"]) == ("BLEU", "test2016", 16, 2, 0.6)
+    model, _, _ = model_from_checkpoint(load_checkpoint(run / "last.pt"))
+    assert (result["arch"], result["parameters"]) == ("transformer", count_parameters(model))
     references = tmp_path / "references.txt"
     references.write_text("".join(en + "\n" for _, en in synthetic_pairs()[176:]))
     reference = subprocess.run([sys.executable, "-m", "sacrebleu", str(references), "-i", str(out), "-m", "bleu"], capture_output=True,

@@ -212,7 +212,7 @@ def test_no_module_imports_upward() -> None:
 
     import annotated_transformer
 
-    order = ["model", "training", "decoding", "data", "subwords", "checkpoint", "translation", "distributed", "trainer", "visualization",
+    order = ["model", "training", "decoding", "recurrent", "data", "subwords", "checkpoint", "translation", "distributed", "trainer", "visualization",
              "_chapters", "cli"]
     package = Path(annotated_transformer.__file__).parent
     for rank, name in enumerate(order):
