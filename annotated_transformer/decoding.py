@@ -73,9 +73,10 @@ class CachedDecoder:
         # the encoder-decoder attention's keys and values, once per sentence: (B, h, S, d_k) per layer
         self.src_k = [layer.src_attn.split_heads(layer.src_attn.w_k(memory)) for layer in layers]
         self.src_v = [layer.src_attn.split_heads(layer.src_attn.w_v(memory)) for layer in layers]
-        # the self-attention keys and values of the t tokens so far: (B, h, t, d_k) per layer
-        empty = memory.new_empty(memory.size(0), layers[0].self_attn.h, 0, layers[0].self_attn.d_k)
-        self.k, self.v = [empty] * len(layers), [empty] * len(layers)
+        # the self-attention keys and values of the t tokens so far: (B, h, t, d_k) and (B, h, t, d_v) per layer
+        attn = layers[0].self_attn
+        self.k = [memory.new_empty(memory.size(0), attn.h, 0, attn.d_k)] * len(layers)
+        self.v = [memory.new_empty(memory.size(0), attn.h, 0, attn.d_v)] * len(layers)
 
     def step(self, y: Tensor) -> Tensor:
         "Newest tokens (B,) -> log-probabilities of the next token (B, V)."

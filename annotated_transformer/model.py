@@ -209,18 +209,21 @@ def attention(
 class MultiHeadedAttention(nn.Module):
     "Multi-head attention, eq. (2): h scaled dot-product attentions over learned projections."
 
-    def __init__(self, h: int, d_model: int, dropout: float = 0.1):
+    def __init__(self, h: int, d_model: int, dropout: float = 0.1, d_k: int | None = None):
         super().__init__()
         if d_model % h:
             raise ValueError(f"d_model={d_model} is not divisible by the number of heads h={h}")
-        self.h, self.d_k = h, d_model // h  # d_v = d_k, as in the paper
+        self.h, self.d_v = h, d_model // h
+        self.d_k = self.d_v if d_k is None else d_k  # d_k = d_v = d_model / h, as in the paper, unless Table 3 (B) narrows the keys
         self.w_q, self.w_k, self.w_v, self.w_o = clones(nn.Linear(d_model, d_model), 4)
+        if self.d_k != self.d_v:  # queries and keys of h * d_k features
+            self.w_q, self.w_k = clones(nn.Linear(d_model, h * self.d_k), 2)
         self.dropout = nn.Dropout(dropout)  # on the attention weights: a departure, §5.4 drops only sub-layer outputs and embedding sums
 
     def split_heads(self, x: Tensor) -> Tensor:
-        "(B, L, D) -> (B, h, L, d_k)."
+        "(B, L, h * d) -> (B, h, L, d), d being d_k for queries and keys, d_v for values."
         B, L, _ = x.shape
-        return x.view(B, L, self.h, self.d_k).transpose(1, 2)  # (B, h, L, d_k)
+        return x.view(B, L, self.h, -1).transpose(1, 2)  # (B, h, L, d)
 
     def forward(
         self,
@@ -237,11 +240,11 @@ class MultiHeadedAttention(nn.Module):
             mask = mask.unsqueeze(1)  # (B, 1, Lq, Lk): the same mask for every head
         q, k, v = self.split_heads(self.w_q(query)), self.split_heads(self.w_k(key)), self.split_heads(self.w_v(value))
         if need_weights:
-            x, weights = attention(q, k, v, mask, self.dropout)  # (B, h, Lq, d_k), (B, h, Lq, Lk)
+            x, weights = attention(q, k, v, mask, self.dropout)  # (B, h, Lq, d_v), (B, h, Lq, Lk)
         else:
             p = self.dropout.p if self.training else 0.0
             x, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p), None
-        x = x.transpose(1, 2).reshape(B, Lq, self.h * self.d_k)  # Concat(head_1..head_h): (B, Lq, D)
+        x = x.transpose(1, 2).reshape(B, Lq, self.h * self.d_v)  # Concat(head_1..head_h): (B, Lq, D)
         return self.w_o(x), weights
 
 # %% ../nbs/01_model.ipynb #ef74d798
@@ -275,11 +278,14 @@ class Embeddings(nn.Module):
 
 # %% ../nbs/01_model.ipynb #456f029d
 class PositionalEncoding(nn.Module):
-    "Adds the sinusoidal positional encodings of eq. (4), then dropout (§5.4)."
+    "Adds the sinusoidal positional encodings of eq. (4), or learned ones, then dropout (§5.4)."
 
-    def __init__(self, d_model: int, dropout: float, max_len: int = 5000):
+    def __init__(self, d_model: int, dropout: float, max_len: int = 5000, learned: bool = False):
         super().__init__()
         self.dropout = nn.Dropout(dropout)
+        if learned:  # Table 3 (E): one trained vector per position (make_model initializes them)
+            self.pe = nn.Parameter(torch.zeros(1, max_len, d_model))  # (1, max_len, D)
+            return
         pos = torch.arange(max_len).unsqueeze(1)  # (max_len, 1)
         inv_freq = torch.exp(torch.arange(0, d_model, 2) * -(math.log(10000.0) / d_model))  # 1/10000^(2i/D): (D/2,)
         pe = torch.zeros(max_len, d_model)
@@ -306,10 +312,13 @@ def check_hyperparameters(
     h: int,  # attention heads
     dropout: float,
     max_len: int,  # longest sequence the positional encoding covers
+    d_k: int | None = None,  # per-head size of queries and keys; None: d_model / h
+    positions: str = "sinusoidal",  # or "learned"
     **vocab_sizes: int,  # src_vocab and tgt_vocab, where known
 ) -> None:
     "Raise a one-line error naming the first hyperparameter that does not describe a Transformer."
-    for name, value in {**vocab_sizes, "N": N, "d_model": d_model, "d_ff": d_ff, "h": h, "max_len": max_len}.items():
+    sizes = {**vocab_sizes, "N": N, "d_model": d_model, "d_ff": d_ff, "h": h, "max_len": max_len}
+    for name, value in {**sizes, **({} if d_k is None else {"d_k": d_k})}.items():
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise TypeError(f"{name} must be an integer, got {name}={value!r}")
         if value < 1:
@@ -320,6 +329,8 @@ def check_hyperparameters(
         raise TypeError(f"dropout must be a number, got dropout={dropout!r}")
     if not 0.0 <= dropout < 1.0:  # the comparison is False for nan, so nan is refused too
         raise ValueError(f"dropout must be in [0, 1), got dropout={dropout!r}")
+    if positions not in ("sinusoidal", "learned"):
+        raise ValueError(f"positions must be 'sinusoidal' or 'learned', got positions={positions!r}")
 
 # %% ../nbs/01_model.ipynb #2c696bdf
 def make_model(
@@ -333,15 +344,17 @@ def make_model(
     max_len: int = 5000,  # longest sequence the positional encoding covers
     norm_first: bool = False,  # pre-norm instead of the paper's post-norm
     share_embeddings: bool = False,  # tie source, target and pre-softmax weights (§3.4); needs src_vocab == tgt_vocab
+    d_k: int | None = None,  # per-head size of queries and keys (Table 3 B); None: d_model / h
+    positions: str = "sinusoidal",  # or "learned" (Table 3 E)
 ) -> EncoderDecoder:
     "Build the Transformer of §3 with Xavier-initialized weights."
-    check_hyperparameters(N, d_model, d_ff, h, dropout, max_len, src_vocab=src_vocab, tgt_vocab=tgt_vocab)
+    check_hyperparameters(N, d_model, d_ff, h, dropout, max_len, d_k, positions, src_vocab=src_vocab, tgt_vocab=tgt_vocab)
     if share_embeddings and src_vocab != tgt_vocab:
         raise ValueError(f"share_embeddings needs one shared vocabulary, got src_vocab={src_vocab} and tgt_vocab={tgt_vocab}")
     c = copy.deepcopy
-    attn = MultiHeadedAttention(h, d_model, dropout)
+    attn = MultiHeadedAttention(h, d_model, dropout, d_k)
     ff = PositionwiseFeedForward(d_model, d_ff, dropout)
-    position = PositionalEncoding(d_model, dropout, max_len)
+    position = PositionalEncoding(d_model, dropout, max_len, learned=positions == "learned")
     model = EncoderDecoder(
         Encoder(EncoderLayer(d_model, c(attn), c(ff), dropout, norm_first), N),
         Decoder(DecoderLayer(d_model, c(attn), c(attn), c(ff), dropout, norm_first), N),
@@ -352,8 +365,10 @@ def make_model(
     if share_embeddings:
         model.tgt_embed[0].lut.weight = model.src_embed[0].lut.weight
         model.generator.proj.weight = model.src_embed[0].lut.weight
-    for p in model.parameters():
-        if p.dim() > 1:
+    for name, p in model.named_parameters():
+        if name.endswith(".pe"):  # learned positions: small random vectors, as BERT starts its own
+            nn.init.normal_(p, std=0.02)
+        elif p.dim() > 1:
             nn.init.xavier_uniform_(p)
     return model
 
@@ -370,10 +385,12 @@ class ModelConfig:
     max_len: int = 5000
     norm_first: bool = False  # pre-norm instead of post-norm
     share_embeddings: bool = False  # three-way weight tying of §3.4
+    d_k: int | None = None  # per-head size of queries and keys (Table 3 B); None: d_model / h
+    positions: str = "sinusoidal"  # or "learned" (Table 3 E)
 
     def __post_init__(self):
         "Refuse a nonsensical configuration when it is made (on the command line, from a checkpoint)."
-        check_hyperparameters(self.N, self.d_model, self.d_ff, self.h, self.dropout, self.max_len)
+        check_hyperparameters(self.N, self.d_model, self.d_ff, self.h, self.dropout, self.max_len, self.d_k, self.positions)
 
     @staticmethod
     def preset(name: str) -> ModelConfig:

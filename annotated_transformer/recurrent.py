@@ -1,4 +1,4 @@
-"""The recurrent systems the Transformer replaced, built with the same machinery: an attentional LSTM encoder-decoder, a deeper one, and the lexical model; trained and compared with the Transformer on Multi30k.
+"""The recurrent systems the Transformer replaced, built with the same machinery: an attentional LSTM encoder-decoder, a deeper one, and the lexical model; trained and compared with the Transformer on Multi30k; and the paper's Table 3, its variations of itself, rescaled to Multi30k.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/recurrent.html.md"""
 

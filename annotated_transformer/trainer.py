@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import socket
@@ -227,13 +228,17 @@ def validate(
     tokenizers: tuple,  # (source, target): spaCy's, or one subword model twice
     device: torch.device,
     progress: bool,
-) -> tuple[float, float]:
-    "The validation loss per token and greedy sacreBLEU; leaves the model in eval mode and the random state untouched."
+) -> tuple[float, float, float]:
+    "The validation loss per token, perplexity and greedy sacreBLEU; leaves the model in eval mode and the random state untouched."
     tok_src, tok_tgt = tokenizers
     with torch.random.fork_rng(devices=[]):
         loss, _ = run_epoch(loader, model, criterion, desc="validation", progress=progress, device=device)
+        if criterion.smoothing > 0:  # perplexity is of the true words: the loss without smoothing (then KL = cross-entropy)
+            nll, _ = run_epoch(loader, model, LabelSmoothing(len(tgt_vocab), tgt_vocab.pad), desc="perplexity", progress=progress, device=device)
+        else:
+            nll = loss
         hypotheses = translate(model, [src for src, _ in pairs], src_vocab, tgt_vocab, tok_src, max_extra=VAL_EXTRA, progress=progress)
-        return loss, bleu(hypotheses, [tgt for _, tgt in pairs], tok_tgt).sacrebleu
+        return loss, math.exp(nll), bleu(hypotheses, [tgt for _, tgt in pairs], tok_tgt).sacrebleu
 
 # %% ../nbs/05_multi30k.ipynb #2a788511
 def check_lengths(
@@ -353,12 +358,12 @@ def train(
             train_seconds = time.time() - start
             rng = gather_objects(rng_state(), world)  # every process's, for an exact resume
             if is_main:
-                val_loss, val_bleu = validate(model, val_loader, criterion, pairs["val"], src_vocab, tgt_vocab, tokenizers, device, progress)
-                history.append({"epoch": epoch + 1, "train_loss": train_loss, "val_loss": val_loss, "val_bleu": val_bleu,
+                val_loss, val_ppl, val_bleu = validate(model, val_loader, criterion, pairs["val"], src_vocab, tgt_vocab, tokenizers, device, progress)
+                history.append({"epoch": epoch + 1, "train_loss": train_loss, "val_loss": val_loss, "val_ppl": val_ppl, "val_bleu": val_bleu,
                                 "steps": state.optimizer_steps, "lr": scheduler.get_last_lr()[0],
                                 "tokens_per_second": (state.tokens - tokens_before) * world / train_seconds,  # every process's
                                 "seconds": time.time() - start})
-                log(f"epoch {epoch + 1}: train loss {train_loss:.3f}, val loss {val_loss:.3f}, val sacreBLEU {val_bleu:.2f} "
+                log(f"epoch {epoch + 1}: train loss {train_loss:.3f}, val loss {val_loss:.3f}, val perplexity {val_ppl:.2f}, val sacreBLEU {val_bleu:.2f} "
                     f"({time.time() - start:.0f} s)")
                 ckpt = dict(config=config.to_dict(), model=model.state_dict(), optimizer=optimizer.state_dict(),
                             scheduler=scheduler.state_dict(), train_state=asdict(state), epoch=epoch + 1, history=history,
@@ -367,7 +372,7 @@ def train(
                             **({"scaler": scaler.state_dict()} if scaler is not None else {}))
                 save_epoch(out_dir, ckpt, keep_epochs)
                 if writer:
-                    for name in ("train_loss", "val_loss", "val_bleu", "lr", "tokens_per_second"):
+                    for name in ("train_loss", "val_loss", "val_ppl", "val_bleu", "lr", "tokens_per_second"):
                         writer.add_scalar(name, history[-1][name], epoch + 1)
             if world > 1:
                 dist.barrier()  # the others wait while the first validates and saves

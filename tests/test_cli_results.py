@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -74,8 +75,33 @@ def test_history_json_holds_every_epochs_figures(run: Path) -> None:
     history = json.loads((run / "history.json").read_text())
     assert history == load_checkpoint(run / "last.pt")["history"] and [h["epoch"] for h in history] == [1, 2]
     for entry in history:
-        assert {"train_loss", "val_loss", "val_bleu", "lr", "tokens_per_second", "seconds"} <= set(entry)
+        assert {"train_loss", "val_loss", "val_ppl", "val_bleu", "lr", "tokens_per_second", "seconds"} <= set(entry)
         assert entry["lr"] > 0 and entry["tokens_per_second"] > 0 and entry["seconds"] > 0
+
+
+def test_validation_perplexity_is_of_the_true_words_without_smoothing(run: Path) -> None:
+    "val_ppl is exp of the mean cross-entropy of the reference words, computed here with F.cross_entropy, not the smoothed loss."
+    import torch
+    import torch.nn.functional as F
+
+    from annotated_transformer.checkpoint import tokenizers_from_checkpoint
+    from annotated_transformer.data import encode_pairs, make_loader, tokenize_all
+
+    ckpt = load_checkpoint(run / "last.pt")
+    model, src_vocab, tgt_vocab = model_from_checkpoint(ckpt)
+    tok_src, tok_tgt = tokenizers_from_checkpoint(ckpt)
+    val = synthetic_pairs()[160:176]
+    data = encode_pairs(tokenize_all([de for de, _ in val], tok_src, progress=False), tokenize_all([en for _, en in val], tok_tgt, progress=False),
+                        src_vocab, tgt_vocab)
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for batch in make_loader(data, tgt_vocab.pad, 400, shuffle=False):
+            logits = model.generator.proj(model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask))  # (B, T, V)
+            total += F.cross_entropy(logits.flatten(0, 1), batch.tgt_y.flatten(), ignore_index=tgt_vocab.pad, reduction="sum").item()
+            tokens += batch.ntokens
+    last = ckpt["history"][-1]
+    assert last["val_ppl"] == pytest.approx(math.exp(total / tokens), rel=1e-4)
+    assert last["val_ppl"] != pytest.approx(math.exp(last["val_loss"]), rel=1e-2)  # the smoothed loss would give another figure
 
 
 def test_tensorboard_logs_the_same_figures(run: Path) -> None:

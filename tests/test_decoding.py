@@ -71,6 +71,21 @@ def test_cached_and_prefix_decoders_match_model_decode(norm_first: bool) -> None
     assert cached.k[0].shape == (src.size(0), 4, 8, 8)  # (B, h, t, d_k): one cached position per step
 
 
+def test_the_cache_follows_table3s_narrow_keys_and_learned_positions() -> None:
+    "Keys of d_k = 3 features and values of d_model / h = 8 are cached apart; learned positions are looked up step by step."
+    torch.manual_seed(0)
+    model = ModelConfig(N=2, d_model=32, d_ff=64, h=4, d_k=3, positions="learned").build(13, 13).eval()
+    src, src_mask = random_batch()
+    ys = torch.randint(3, 13, (src.size(0), 6))
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        full = model.generator(model.decode(memory, src_mask, ys, subsequent_mask(6)))  # (B, 6, V)
+        cached = CachedDecoder(model, memory, src_mask)
+        for t in range(6):
+            torch.testing.assert_close(cached.step(ys[:, t]), full[:, t], atol=1e-5, rtol=1e-5)
+    assert (cached.k[0].shape, cached.v[0].shape) == ((src.size(0), 4, 6, 3), (src.size(0), 4, 6, 8))
+
+
 def test_select_reorders_every_cached_row() -> None:
     model = random_model()
     src, src_mask = random_batch()

@@ -6,7 +6,8 @@ What is checked:
 2. The fast attention path (SDPA) against the readable `attention()` path, fully masked rows included.
 3. Shapes of every block; 4. the model's maximum length; 5. causality and padding invariance;
 6. parameter counts and weight tying; 7. clear errors on bad input, nonsensical sizes and dropout included
-   (refused by `make_model` before it builds anything, and by `ModelConfig` when made); 8. `subsequent_mask`.
+   (refused by `make_model` before it builds anything, and by `ModelConfig` when made); 8. `subsequent_mask`;
+9. Table 3's variations: narrower keys (d_k) and learned positions change exactly the parameters they name.
 The values of eq. (4) and the embedding scale are checked where Part 1 shows them (nbs/01_model.ipynb).
 
 Everything runs on a CPU in a few seconds and needs no data or network.
@@ -441,6 +442,26 @@ def test_parameter_count_base_shared():
     assert count_parameters(model) == 63_119_496  # ≈ 63.1M
 
 
+def test_table3_variations_change_exactly_the_parameters_they_name():
+    "(B): narrower queries and keys in all 3N attentions; (E): a learned table per side, max_len x d_model each."
+    D, h, N, max_len, vocab = 64, 4, 2, 50, 30
+    plain = count_parameters(make_model(vocab, vocab, N=N, d_model=D, d_ff=128, h=h, max_len=max_len))
+    narrow = count_parameters(make_model(vocab, vocab, N=N, d_model=D, d_ff=128, h=h, max_len=max_len, d_k=4))
+    learned = count_parameters(make_model(vocab, vocab, N=N, d_model=D, d_ff=128, h=h, max_len=max_len, positions="learned"))
+    assert plain - narrow == 3 * N * 2 * (D - h * 4) * (D + 1)  # w_q and w_k: D -> h * d_k, with biases
+    assert learned - plain == 2 * max_len * D
+
+
+def test_learned_positions_train_and_sinusoids_do_not():
+    model = make_model(11, 11, N=1, d_model=16, d_ff=32, h=2, max_len=20, positions="learned")
+    src = torch.randint(1, 11, (2, 5))
+    mask = torch.ones(2, 1, 5, dtype=torch.bool)
+    model.encode(src, mask).sum().backward()
+    assert model.src_embed[1].pe.grad[0, :5].abs().sum() > 0 and model.src_embed[1].pe.grad[0, 5:].abs().sum() == 0
+    assert "src_embed.1.pe" in model.state_dict()
+    assert not any(name.endswith(".pe") for name in make_model(11, 11, N=1, d_model=16, d_ff=32, h=2).state_dict())
+
+
 def test_parameter_count_big_shared_on_meta():
     with torch.device("meta"):
         model = replace(ModelConfig.preset("big"), share_embeddings=True).build(37000, 37000)
@@ -510,8 +531,8 @@ def test_error_unknown_preset():
 
 
 SIZES = dict(N=1, d_model=D_MODEL, d_ff=D_FF, h=N_HEADS, dropout=0.1, max_len=50)  # a valid small model
-NOT_POSITIVE = [("N", -1), ("N", 0), ("h", -4), ("h", 0), ("d_model", 0), ("d_model", -32), ("d_ff", 0), ("max_len", 0)]
-NOT_INTEGER = [("N", 2.5), ("d_model", 32.0), ("h", "4"), ("max_len", None), ("N", True)]
+NOT_POSITIVE = [("N", -1), ("N", 0), ("h", -4), ("h", 0), ("d_model", 0), ("d_model", -32), ("d_ff", 0), ("max_len", 0), ("d_k", 0)]
+NOT_INTEGER = [("N", 2.5), ("d_model", 32.0), ("h", "4"), ("max_len", None), ("N", True), ("d_k", 2.5)]
 BAD_DROPOUT = [float("nan"), float("inf"), -0.1, 1.0, 1.5]
 
 
@@ -566,6 +587,13 @@ def test_error_model_config_refused_when_made(name, value, error):
         ModelConfig(**SIZES | {name: value})
     with pytest.raises(error, match=rf"{name}={re.escape(repr(value))}"):
         replace(ModelConfig.preset("tiny"), **{name: value})
+
+
+def test_error_unknown_positions_refused_when_made(nothing_built):
+    with pytest.raises(ValueError, match=r"^positions must be 'sinusoidal' or 'learned', got positions='rotary'$"):
+        ModelConfig(positions="rotary")
+    with pytest.raises(ValueError, match=r"positions='rotary'"):
+        make_model(11, 11, **SIZES, positions="rotary")
 
 
 def test_error_model_config_heads_must_divide_d_model_when_made():
