@@ -141,7 +141,7 @@ def _train(args: argparse.Namespace) -> None:
     try:
         train(args.out, config, data_dir=args.data_dir, files=files, resume=args.resume, overwrite=args.overwrite, device=setup.device,
               progress=not args.quiet, precision=args.precision or default_precision(setup.device), compile=args.compile,
-              tensorboard=args.tensorboard)
+              fused_loss=args.fused_loss, tensorboard=args.tensorboard)
     finally:
         cleanup_distributed()
 
@@ -458,6 +458,7 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=_seed, help="random seed (default 0)")
     t.add_argument("--precision", choices=list(PRECISIONS), help="mixed precision (default: bf16 on GPUs that support it, else fp32)")
     t.add_argument("--compile", action="store_true", help="torch.compile the model")
+    t.add_argument("--fused-loss", action="store_true", help="compute the loss from the decoder's outputs in chunks, never all logits at once (same values)")
     t.add_argument("--backend", choices=["nccl", "gloo"], help="under torchrun: the collective backend (default: nccl on GPUs, gloo on CPUs)")
     t.add_argument("--tensorboard", action="store_true", help="also write TensorBoard logs to OUT/tensorboard (pip install tensorboard)")
     t.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -31,7 +31,7 @@ from .distributed import PRECISIONS, gather_objects, make_scaler, rank_and_world
 from .model import EncoderDecoder, ModelConfig, count_parameters
 from .recurrent import RecurrentConfig, arch_of, model_config
 from .subwords import SubwordTokenizer, shared_vocab
-from .training import Batch, LabelSmoothing, TrainState, noam_optimizer, run_epoch
+from .training import Batch, FusedLabelSmoothing, LabelSmoothing, TrainState, noam_optimizer, run_epoch
 from .translation import bleu, translate
 
 # %% auto #0
@@ -300,6 +300,7 @@ def train(
     log: Callable[[str], None] = print,
     precision: str = "fp32",  # "bf16", or "fp16" with a gradient scaler: mixed precision (Part 6)
     compile: bool = False,  # torch.compile the model (Part 6)
+    fused_loss: bool = False,  # the loss from the decoder's outputs, chunk by chunk: FusedLabelSmoothing (Part 2), same values, less memory
     tensorboard: bool = False,  # also log each epoch's figures for TensorBoard, in out_dir/tensorboard
 ) -> dict | None:
     "Train on Multi30k (or the given files or pairs), alone or as one of several processes; the last checkpoint's contents (None on all but the first process)."
@@ -336,7 +337,8 @@ def train(
         val_loader = make_loader(val_data, tgt_vocab.pad, config.max_tokens, shuffle=False)
 
         model = config.model.build(len(src_vocab), len(tgt_vocab)).to(device)
-        criterion = LabelSmoothing(len(tgt_vocab), tgt_vocab.pad, config.smoothing)
+        criterion = (FusedLabelSmoothing(model.generator, tgt_vocab.pad, config.smoothing) if fused_loss
+                     else LabelSmoothing(len(tgt_vocab), tgt_vocab.pad, config.smoothing))
         optimizer, scheduler = noam_optimizer(model, config.model.d_model, config.factor, config.warmup)
         scaler = make_scaler(precision, device, config.max_tokens)
         state, history, first_epoch = TrainState(), [], 0

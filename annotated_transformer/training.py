@@ -17,6 +17,7 @@ from functools import partial
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
@@ -27,7 +28,7 @@ from .model import EncoderDecoder, subsequent_mask
 
 # %% auto #0
 __all__ = ['Batch', 'TokenBatchSampler', 'TrainState', 'unwrap', 'optimizer_step', 'run_epoch', 'rate', 'noam_optimizer',
-           'smoothed_targets', 'LabelSmoothing', 'greedy_decode', 'copy_task_batches']
+           'smoothed_targets', 'LabelSmoothing', 'FusedLabelSmoothing', 'greedy_decode', 'copy_task_batches']
 
 # %% ../nbs/02_training.ipynb #5b0f3f24
 class Batch:
@@ -194,11 +195,22 @@ def optimizer_step(
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
 
+# %% ../nbs/02_training.ipynb #390d6378
+def _read_losses(unread: list[tuple[Tensor, int, int, int]]) -> float:
+    "The sum of the batches' losses, read back at once; a FloatingPointError naming the first batch whose loss is not finite."
+    losses = torch.stack([loss for loss, *_ in unread]).double().cpu()  # one wait for the device
+    bad = (~losses.isfinite()).nonzero()
+    if len(bad):
+        _, i, run_batch, steps = unread[bad[0, 0]]
+        raise FloatingPointError(f"the loss is {losses[bad[0, 0]].item()} at batch {run_batch} of the run (batch {i} of this pass, "
+                                 f"after {steps} optimizer steps): stopping")
+    return losses.sum().item()
+
 # %% ../nbs/02_training.ipynb #9148edd4
 def run_epoch(
     batches: Iterable[Batch],
     model: EncoderDecoder,
-    criterion: nn.Module,  # summed loss over target tokens, from log-probabilities (B*T, V) and labels (B*T,)
+    criterion: nn.Module,  # summed loss over target tokens, from log-probabilities (B*T, V) and labels (B*T,); see from_hidden
     optimizer: torch.optim.Optimizer | None = None,  # None evaluates: no gradients, no updates
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,  # stepped once per optimizer step
     accum_iter: int = 1,  # batches per optimizer step
@@ -209,16 +221,20 @@ def run_epoch(
     device: torch.device | str | None = None,  # move each batch here; None leaves batches where they are
     autocast_dtype: torch.dtype | None = None,  # e.g. torch.bfloat16: the forward pass in mixed precision
     scaler: torch.amp.GradScaler | None = None,  # with float16: scales the loss so small gradients survive
+    read_every: int = 50,  # batches between reading the losses back (a GPU must finish its queued work first)
 ) -> tuple[float, TrainState]:
     "One pass over `batches`: the mean loss per target token (over all processes), and the updated counts."
     if accum_iter < 1:
         raise ValueError(f"accum_iter must be at least 1, got {accum_iter}")
+    if read_every < 1:
+        raise ValueError(f"read_every must be at least 1, got {read_every}")
     training = optimizer is not None
     state = TrainState() if state is None else state
     model.train(training)
     core = unwrap(model)  # the generator runs outside the wrapped forward pass
     world = dist.get_world_size() if isinstance(getattr(model, "_orig_mod", model), DistributedDataParallel) else 1
     total_loss, total_tokens, pending, step_tokens = 0.0, 0, 0, 0
+    unread = []  # (loss on the device, batch of this pass, batch of the run, optimizer steps) not yet read back
     start = time.perf_counter()
     bar = tqdm(batches, desc=desc or ("train" if training else "eval"), disable=not progress, leave=False)
     with torch.set_grad_enabled(training):
@@ -230,10 +246,11 @@ def run_epoch(
             with sync:
                 with torch.autocast(batch.src.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
                     out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)  # (B, T, D)
-                    logp = core.generator(out)  # (B, T, V)
-                    loss = criterion(logp.flatten(0, 1), batch.tgt_y.flatten())  # summed over the batch's tokens
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(f"the loss is {loss.item()} at batch {state.batches} of the run (batch {i} of this pass, after {state.optimizer_steps} optimizer steps): stopping")
+                    if getattr(criterion, "from_hidden", False):  # FusedLabelSmoothing (below): the generator is inside the loss
+                        loss = criterion(out.flatten(0, 1), batch.tgt_y.flatten())
+                    else:
+                        loss = criterion(core.generator(out).flatten(0, 1), batch.tgt_y.flatten())  # summed over the batch's tokens
+                unread.append((loss.detach(), i, state.batches, state.optimizer_steps))
                 if training:
                     (loss if scaler is None else scaler.scale(loss)).backward()  # summed; normalized at the step
             if training:
@@ -247,10 +264,12 @@ def run_epoch(
                     optimizer_step(model, optimizer, scheduler, max_grad_norm, grad_scale=world / tokens, scaler=scaler)
                     state.optimizer_steps += 1
                     pending, step_tokens = 0, 0
-            total_loss += loss.item()
             total_tokens += batch.ntokens
-            lr = optimizer.param_groups[0]["lr"] if training else 0.0
-            bar.set_postfix(loss=f"{total_loss / total_tokens:.3f}", lr=f"{lr:.2e}", tok_s=f"{total_tokens / (time.perf_counter() - start):,.0f}")
+            if len(unread) == read_every or last:
+                total_loss += _read_losses(unread)
+                unread = []
+                lr = optimizer.param_groups[0]["lr"] if training else 0.0
+                bar.set_postfix(loss=f"{total_loss / total_tokens:.3f}", lr=f"{lr:.2e}", tok_s=f"{total_tokens / (time.perf_counter() - start):,.0f}")
     bar.close()
     total_loss, total_tokens = _sum_over_processes([total_loss, total_tokens], world, next(core.parameters()).device)
     if total_tokens == 0:
@@ -345,6 +364,72 @@ class LabelSmoothing(nn.Module):
             others = x[:, :pad].sum(-1) + x[:, pad + 1 :].sum(-1) - x_true  # sum over c != t, pad: (N,)
             loss = loss - self.other * others
         return torch.where(keep, loss, 0.0).sum()
+
+# %% ../nbs/02_training.ipynb #b5c6ee49
+class _LinearLabelSmoothing(torch.autograd.Function):
+    "LabelSmoothing of log_softmax(h W^T + b) and its gradients, computed chunk by chunk."
+
+    @staticmethod
+    def forward(ctx, h: Tensor, weight: Tensor, bias: Tensor, target: Tensor, smoothing: LabelSmoothing, rows: int, grads: bool) -> Tensor:
+        pad, conf, other, V = smoothing.padding_idx, smoothing.confidence, smoothing.other, weight.size(0)
+        loss = h.new_zeros((), dtype=torch.float32)
+        if grads:  # filled chunk by chunk; the backward pass only scales them
+            ctx.grads = [torch.zeros_like(h), torch.zeros_like(weight, dtype=torch.float32), torch.zeros_like(bias, dtype=torch.float32)]
+            grad_h, grad_w, grad_b = ctx.grads
+        for start in range(0, h.size(0), rows):
+            hc, t = h[start : start + rows], target[start : start + rows]  # (n, D), (n,)
+            z = F.linear(hc, weight, bias).float()  # the logits of this chunk only: (n, V)
+            lse = z.logsumexp(-1)  # (n,)
+            x_true = z.gather(1, t.unsqueeze(1)).squeeze(1) - lse  # log p of the true word: (n,)
+            row_loss = smoothing.entropy_term - conf * x_true
+            if other > 0:  # sum of log p over the words that are neither true nor padding
+                row_loss = row_loss - other * (z.sum(-1) - V * lse - (z[:, pad] - lse) - x_true)
+            keep = t != pad  # (n,)
+            loss += torch.where(keep, row_loss, 0.0).sum()
+            if not grads:  # evaluating: the loss is all
+                continue
+            g = (z - lse.unsqueeze(1)).exp_().sub_(other)  # p - other: (n, V)
+            g[:, pad] += other  # q is 0 on padding
+            g.scatter_add_(1, t.unsqueeze(1), torch.full_like(x_true, other - conf).unsqueeze(1))  # and conf on the true word
+            g *= keep.unsqueeze(1)  # p - q, zero on padded rows
+            grad_h[start : start + rows] = g.to(weight.dtype) @ weight  # (n, D)
+            grad_w += g.T @ hc.float()  # (V, D)
+            grad_b += g.sum(0)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor) -> tuple:
+        grad_h, grad_w, grad_b = ctx.grads
+        return grad_h * grad_loss, grad_w * grad_loss, grad_b * grad_loss, None, None, None, None
+
+
+class FusedLabelSmoothing(LabelSmoothing):
+    "LabelSmoothing of `generator`'s log-probabilities, from the decoder's outputs (N, D): the (N, V) matrix is never built."
+
+    from_hidden = True  # run_epoch hands it the decoder's outputs, not log-probabilities
+
+    def __init__(
+        self,
+        generator: nn.Module,
+        padding_idx: int,
+        smoothing: float = 0.0,
+        chunk: int | None = None,  # logits per chunk at most; None: 2**22 on a CPU (they stay in its caches), 2**26 on a GPU
+    ):
+        if chunk is not None and chunk < 1:
+            raise ValueError(f"chunk must be at least 1, got {chunk}")
+        super().__init__(generator.proj.out_features, padding_idx, smoothing)
+        self.generator = generator  # its proj.weight (V, D) and proj.bias (V,); shared, not copied
+        self.chunk = chunk
+
+    def forward(self, h: Tensor, target: Tensor) -> Tensor:
+        "Summed loss for decoder outputs h (N, D) and labels target (N,), with gradients for h and the generator."
+        if h.dim() != 2 or target.shape != (h.size(0),):
+            raise ValueError(f"expected decoder outputs (N, D) and N labels, got {tuple(h.shape)} and {tuple(target.shape)}")
+        _check_labels(target, self.size)
+        proj = self.generator.proj
+        grads = torch.is_grad_enabled() and (h.requires_grad or proj.weight.requires_grad)
+        chunk = self.chunk or (2**22 if h.device.type == "cpu" else 2**26)
+        return _LinearLabelSmoothing.apply(h, proj.weight, proj.bias, target, self, max(1, chunk // self.size), grads)
 
 # %% ../nbs/02_training.ipynb #ab7f8f52
 @torch.no_grad()

@@ -1,4 +1,5 @@
-"""Training throughput and model-FLOPs utilization of the paper's base model on one GPU: float32, bfloat16, bfloat16 + compile.
+"""Training throughput and model-FLOPs utilization of the paper's base model on one GPU: float32, bfloat16, bfloat16 + compile,
+the fused loss, and the peer a user would write with torch.nn.Transformer.
 
 The model is `ModelConfig.preset("base")` (N=6, d_model=512, d_ff=2048, h=8) with one shared vocabulary of
 37,000 tokens and tied embeddings, as in §3.4 and §5.1. The batches are synthetic but shaped like WMT's:
@@ -8,14 +9,18 @@ the paper's batch); the timed steps are full batches (the one short batch at the
 left out, as it is one in thousands on WMT). Each setting trains its own copy of the model with Part 2's
 `run_epoch` (Adam with the Noam schedule, label smoothing 0.1), and they are timed in alternating rounds (see
 common.py). One extra setting, bfloat16 with Adam updating tensor by tensor (`fused=False`), shows what the
-fused Adam that `noam_optimizer` picks on GPUs saves.
+fused Adam that `noam_optimizer` picks on GPUs saves; "fused loss" settings use `FusedLabelSmoothing` (Part 2).
+The peer is common.py's `TorchTransformer`: `torch.nn.Transformer` with the same sizes and tied embeddings,
+`F.cross_entropy(label_smoothing=0.1)`, the same fused Adam and schedule, gradients clipped the same way; the
+ratio of our fastest setting to the peer's fastest is printed.
 
 Printed: target tokens per second, and MFU = 6 x parameters x target tokens per second / the GPU's peak
 bfloat16 rate (`distributed.bf16_peak_tflops`, or `--peak-tflops`). The same peak divides every
 setting, float32 included, so the float32 figure says how much of the bfloat16 hardware it leaves unused.
 
     python benchmarks/bench_gpu_training.py
-    python benchmarks/bench_gpu_training.py --profile   # where bfloat16's step spends its GPU time
+    python benchmarks/bench_gpu_training.py --profile bf16               # where a setting's step spends its GPU time
+    python benchmarks/bench_gpu_training.py --profile "bf16, fused loss"
     python benchmarks/bench_gpu_training.py --device cpu --preset tiny --vocab 1000 --max-tokens 2000 --peak-tflops 1 --rounds 1
 """
 
@@ -27,12 +32,11 @@ import random
 from dataclasses import replace
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from annotated_transformer.distributed import PRECISIONS, bf16_peak_tflops, model_flops_utilization, wrap_for_training
 from annotated_transformer.model import ModelConfig, count_parameters
-from annotated_transformer.training import Batch, LabelSmoothing, TokenBatchSampler, noam_optimizer, run_epoch
-from common import PAD, compare
+from annotated_transformer.training import Batch, FusedLabelSmoothing, LabelSmoothing, TokenBatchSampler, noam_optimizer, run_epoch
+from common import PAD, compare, profile_round, torch_transformer_steps
 
 
 def wmt_like_batches(n_sentences: int, max_tokens: int, vocab: int, seed: int = 0) -> list[Batch]:
@@ -50,17 +54,6 @@ def wmt_like_batches(n_sentences: int, max_tokens: int, vocab: int, seed: int = 
     return [Batch(padded([src_len[i] for i in rows]), padded([tgt_len[i] for i in rows]), pad=PAD) for rows in sampler]
 
 
-def profile_round(run, device: torch.device) -> None:
-    "Print the operations of one round (after a warm-up round) that take the most time on `device`."
-    run()
-    on_gpu = device.type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
-    with profile(activities=activities) as prof:
-        run()
-    key = "self_cuda_time_total" if on_gpu else "self_cpu_time_total"
-    print(prof.key_averages().table(sort_by=key, row_limit=30, max_name_column_width=60))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
@@ -69,7 +62,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=25000, help="padded tokens per batch (§5.1: about 25,000)")
     parser.add_argument("--steps", type=int, default=10, help="training steps per timed round")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per setting")
-    parser.add_argument("--profile", action="store_true", help="instead of timing, profile one round of bf16 and print the operations by GPU time")
+    parser.add_argument("--profile", metavar="SETTING", help="instead of timing, profile one round of this setting and print the operations by GPU time")
     parser.add_argument("--peak-tflops", type=float, help="the device's peak bfloat16 TFLOP/s (default: looked up by GPU name)")
     args = parser.parse_args()
 
@@ -85,28 +78,45 @@ def main() -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     print(f"{args.preset} model, {n_params / 1e6:.1f}M parameters, on {name} (peak {peak:g} bf16 TFLOP/s); "
           f"{args.steps} steps of {tokens_per_round / args.steps:,.0f} target tokens a round")
+    real = sum(int((b.src != PAD).sum()) + b.ntokens for b in steps)
+    positions = sum(b.src.numel() + b.tgt_y.numel() for b in steps)
+    print(f"padding: {1 - real / positions:.1%} of the {positions:,} source and target positions a round are padding")
 
-    def setting(precision: str, compile: bool, fused_adam: bool | None = None):
+    def setting(precision: str, compile: bool, fused_adam: bool | None = None, fused_loss: bool = False):
         model = copy.deepcopy(base)
         optimizer, scheduler = noam_optimizer(model, model.src_embed[0].d_model, 1.0, 4000, fused=fused_adam)
         trained = wrap_for_training(model, device, world=1, compile=compile)  # as train wraps it, alone
-        criterion = LabelSmoothing(args.vocab, PAD, 0.1)
+        criterion = FusedLabelSmoothing(model.generator, PAD, 0.1) if fused_loss else LabelSmoothing(args.vocab, PAD, 0.1)
 
         def run() -> int:
             run_epoch(steps, trained, criterion, optimizer, scheduler, max_grad_norm=1.0, progress=False,
                       autocast_dtype=PRECISIONS[precision])
-            return tokens_per_round  # run_epoch reads every loss with .item(): the GPU has finished when it returns
+            return tokens_per_round  # run_epoch reads the losses back after its last step: the GPU has finished when it returns
 
         return run
 
+    cfg = ModelConfig.preset(args.preset)
+    settings = {
+        "fp32": lambda: setting("fp32", False),
+        "bf16, Adam tensor by tensor": lambda: setting("bf16", False, fused_adam=False),
+        "bf16": lambda: setting("bf16", False),
+        "bf16, fused loss": lambda: setting("bf16", False, fused_loss=True),
+        "bf16 + torch.compile": lambda: setting("bf16", True),
+        "bf16 + compile, fused loss": lambda: setting("bf16", True, fused_loss=True),
+        "nn.Transformer, bf16": lambda: torch_transformer_steps(cfg, args.vocab, steps, True, 1.0, torch.bfloat16),
+        "nn.Transformer, bf16 + compile": lambda: torch_transformer_steps(cfg, args.vocab, steps, True, 1.0, torch.bfloat16, compile=True),
+    }
     if args.profile:
-        profile_round(setting("bf16", False), device)
+        if args.profile not in settings:
+            parser.error(f"--profile: choose one of {', '.join(map(repr, settings))}")
+        profile_round(settings[args.profile](), device)
         return
-    rates = compare({"fp32": setting("fp32", False), "bf16, Adam tensor by tensor": setting("bf16", False, fused_adam=False),
-                     "bf16": setting("bf16", False), "bf16 + torch.compile": setting("bf16", True)},
-                    args.rounds, "target tokens/s")
+    rates = compare({label: make() for label, make in settings.items()}, args.rounds, "target tokens/s")
     for label, rate in rates.items():
         print(f"{label:>32}: MFU {model_flops_utilization(n_params, rate, peak):6.1%}")
+    ours = max((rate, label) for label, rate in rates.items() if not label.startswith("nn.Transformer"))
+    peer = max((rate, label) for label, rate in rates.items() if label.startswith("nn.Transformer"))
+    print(f"ours ({ours[1]}) / peer ({peer[1]}): {ours[0] / peer[0]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,21 @@
-"""Training throughput of our training step against the same step written the straightforward way.
+"""Training throughput on the CPU: our step, with and without the fused loss, against the earlier notebook's
+step and against the peer a user would write with torch.nn.Transformer.
 
-Ours: `run_epoch` with `LabelSmoothing` (closed form, no target distribution built) and the fused
-attention kernel (`F.scaled_dot_product_attention`). Straightforward: the same `run_epoch`, but the loss
-is the KL divergence to a materialized smoothed distribution (`smoothed_targets`, as the earlier
-notebook computed it) and every attention layer takes the readable path (`attention()`, weights
-materialized). Same model weights, batches and optimizer settings; rounds alternate. Prints the median
-target tokens per second of each and the ratio.
+- ours: `run_epoch` with `Generator` + `LabelSmoothing` (closed form, no target distribution built) and the
+  fused attention kernel (`F.scaled_dot_product_attention`); losses read back every 50 batches.
+- ours, loss read every batch: the same, but the losses read back after every batch (`read_every=1`), as
+  the loop did before; on a CPU there is no queue of work to wait for, so this should cost nothing here.
+- ours, fused loss: the same with `FusedLabelSmoothing`: the loss and its gradients from the decoder's outputs,
+  chunk by chunk, never the (tokens, V) float32 log-probabilities and their gradient at once.
+- straightforward: the earlier notebook's step: the KL divergence to a materialized smoothed distribution
+  (`smoothed_targets`) and every attention layer on the readable path (`attention()`, weights materialized).
+- nn.Transformer: `torch.nn.Transformer` with the same sizes + `F.cross_entropy(label_smoothing=0.1)`
+  (common.py's `TorchTransformer`).
+Same sizes, batches and optimizer settings (ours and the straightforward step share initial weights; the peer
+has its own); rounds alternate. Prints the median target tokens per second of each and the ratios.
 
     python benchmarks/bench_training.py
+    python benchmarks/bench_training.py --profile ours   # or "ours, fused loss": where one round's CPU time goes
 """
 
 from __future__ import annotations
@@ -22,8 +30,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from annotated_transformer.model import ModelConfig, MultiHeadedAttention
-from annotated_transformer.training import Batch, LabelSmoothing, noam_optimizer, run_epoch, smoothed_targets
-from common import PAD, compare, make_batches
+from annotated_transformer.training import Batch, FusedLabelSmoothing, LabelSmoothing, noam_optimizer, run_epoch, smoothed_targets
+from common import PAD, compare, make_batches, profile_round, torch_transformer_steps
 
 
 class MaterializedLabelSmoothing(nn.Module):
@@ -52,36 +60,48 @@ def main() -> None:
     parser.add_argument("--max-len", type=int, default=30, help="longest sentence, in tokens")
     parser.add_argument("--steps", type=int, default=5, help="steps per timed round")
     parser.add_argument("--rounds", type=int, default=7, help="timed rounds per variant")
+    parser.add_argument("--profile", metavar="VARIANT", help="instead of timing, profile one round of this variant")
     args = parser.parse_args()
 
     cfg = ModelConfig(N=3, d_model=256, d_ff=1024, h=8)  # Multi30k-sized
     torch.manual_seed(0)
     ours = cfg.build(args.vocab, args.vocab)
-    plain = copy.deepcopy(ours)
+    every, fused, plain = copy.deepcopy(ours), copy.deepcopy(ours), copy.deepcopy(ours)
     use_readable_attention(plain)
     batches = [Batch(src, tgt, pad=PAD) for src, tgt in make_batches(args.steps, args.batch, args.max_len, args.vocab)]
-    variants = {
-        "ours (closed form, fused attention)": (ours, LabelSmoothing(args.vocab, PAD, 0.1)),
-        "straightforward (KL, readable)": (plain, MaterializedLabelSmoothing(args.vocab, PAD, 0.1)),
-    }
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; N={cfg.N} d_model={cfg.d_model}, vocabulary "
         f"{args.vocab}; {args.steps} steps of {args.batch} sentences <= {args.max_len} tokens per round"
     )
 
-    def trainer(model: nn.Module, criterion: nn.Module) -> Callable[[], int]:
+    def trainer(model: nn.Module, criterion: nn.Module, read_every: int = 50) -> Callable[[], int]:
         "One round: a training step on every batch; returns the target tokens trained on."
         optimizer, scheduler = noam_optimizer(model, cfg.d_model, warmup=4000)
 
         def run() -> int:
-            run_epoch(batches, model, criterion, optimizer, scheduler, progress=False)
+            run_epoch(batches, model, criterion, optimizer, scheduler, progress=False, read_every=read_every)
             return sum(b.ntokens for b in batches)
 
         return run
 
-    medians = compare({name: trainer(*pair) for name, pair in variants.items()}, args.rounds, "target tokens/s")
-    ours_rate, plain_rate = medians.values()
-    print(f"ratio ours / straightforward: {ours_rate / plain_rate:.2f}x")
+    variants = {
+        "ours": lambda: trainer(ours, LabelSmoothing(args.vocab, PAD, 0.1)),
+        "ours, loss read every batch": lambda: trainer(every, LabelSmoothing(args.vocab, PAD, 0.1), read_every=1),
+        "ours, fused loss": lambda: trainer(fused, FusedLabelSmoothing(fused.generator, PAD, 0.1)),
+        "straightforward": lambda: trainer(plain, MaterializedLabelSmoothing(args.vocab, PAD, 0.1)),
+        "nn.Transformer": lambda: torch_transformer_steps(cfg, args.vocab, batches),
+    }
+    if args.profile:
+        if args.profile not in variants:
+            parser.error(f"--profile: choose one of {', '.join(map(repr, variants))}")
+        profile_round(variants[args.profile](), torch.device("cpu"))
+        return
+    rates = compare({name: make() for name, make in variants.items()}, args.rounds, "target tokens/s")
+    print(f"ours / ours, loss read every batch: {rates['ours'] / rates['ours, loss read every batch']:.2f}x; "
+          f"ours, fused loss / ours: {rates['ours, fused loss'] / rates['ours']:.2f}x")
+    for name in ("ours", "ours, fused loss"):
+        print(f"{name} / straightforward: {rates[name] / rates['straightforward']:.2f}x; "
+              f"{name} / nn.Transformer: {rates[name] / rates['nn.Transformer']:.2f}x")
 
 
 if __name__ == "__main__":

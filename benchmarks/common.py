@@ -1,4 +1,4 @@
-"""Shared pieces of the benchmarks: synthetic batches and side-by-side timing."""
+"""Shared pieces of the benchmarks: synthetic batches, side-by-side timing, and the peer a user would write with torch.nn.Transformer."""
 
 from __future__ import annotations
 
@@ -7,7 +7,12 @@ import time
 from collections.abc import Callable
 
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.profiler import ProfilerActivity, profile
+
+from annotated_transformer.model import ModelConfig, PositionalEncoding
+from annotated_transformer.training import Batch, noam_optimizer
 
 PAD = 0
 
@@ -40,3 +45,67 @@ def compare(runs: dict[str, Callable[[], int]], rounds: int, label: str) -> dict
     for name, rate in medians.items():
         print(f"{name:>32}: {rate:10,.0f} {label} (median of {rounds} rounds)")
     return medians
+
+
+class TorchTransformer(nn.Module):
+    """The paper's model as a user would assemble it from PyTorch's own modules: `nn.Transformer` with the same
+    sizes, one embedding table per language (or one shared, tied to the output layer) scaled by sqrt(d_model),
+    and our sinusoidal `PositionalEncoding`. PyTorch's masks are the opposite of ours: True means "masked out"."""
+
+    def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, tied: bool = False):
+        super().__init__()
+        self.d_model = cfg.d_model
+        self.src_embed = nn.Embedding(src_vocab, cfg.d_model)
+        self.tgt_embed = self.src_embed if tied else nn.Embedding(tgt_vocab, cfg.d_model)
+        self.pos = PositionalEncoding(cfg.d_model, cfg.dropout, cfg.max_len)
+        self.transformer = nn.Transformer(cfg.d_model, cfg.h, cfg.N, cfg.N, cfg.d_ff, cfg.dropout, batch_first=True, norm_first=cfg.norm_first)
+        self.out = nn.Linear(cfg.d_model, tgt_vocab)
+        if tied:
+            self.out.weight = self.src_embed.weight
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        "Logits (B, T, V) for source ids (B, S) and shifted target ids (B, T)."
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1), device=tgt.device, dtype=torch.bool)  # True above the diagonal
+        h = self.transformer(self.pos(self.src_embed(src) * self.d_model**0.5), self.pos(self.tgt_embed(tgt) * self.d_model**0.5),
+                             tgt_mask=causal, tgt_is_causal=True,  # said, so that PyTorch need not check the mask (a host sync)
+                             src_key_padding_mask=src == PAD, tgt_key_padding_mask=tgt == PAD, memory_key_padding_mask=src == PAD)  # (B, T, D)
+        return self.out(h)
+
+
+def torch_transformer_steps(cfg: ModelConfig, vocab: int, batches: list[Batch], tied: bool = False, max_grad_norm: float | None = None,
+                            autocast_dtype: torch.dtype | None = None, compile: bool = False) -> Callable[[], int]:
+    """A round of training steps of the peer, one per batch: F.cross_entropy with label_smoothing=0.1 (PyTorch's
+    convention spreads the smoothing over all V classes, padding included; ours over V - 2), the same Adam and
+    schedule, no host synchronisation. Returns a callable that runs the round and returns its target tokens."""
+    device = batches[0].src.device
+    model = TorchTransformer(cfg, vocab, vocab, tied).to(device)
+    optimizer, scheduler = noam_optimizer(model, cfg.d_model, 1.0, 4000)
+    forward = torch.compile(model) if compile else model
+
+    def run() -> int:
+        model.train()
+        for b in batches:
+            with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+                logits = forward(b.src, b.tgt)  # (B, T, V)
+                loss = F.cross_entropy(logits.flatten(0, 1), b.tgt_y.flatten(), ignore_index=PAD, label_smoothing=0.1, reduction="sum")
+            (loss / b.ntokens).backward()
+            if max_grad_norm is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+        loss.item()  # wait for the device, as run_epoch does at its last batch
+        return sum(b.ntokens for b in batches)
+
+    return run
+
+
+def profile_round(run, device: torch.device) -> None:
+    "Print the operations of one round (after a warm-up round) that take the most time on `device`."
+    run()
+    on_gpu = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    with profile(activities=activities) as prof:
+        run()
+    key = "self_cuda_time_total" if on_gpu else "self_cpu_time_total"
+    print(prof.key_averages().table(sort_by=key, row_limit=30, max_name_column_width=60))

@@ -104,6 +104,17 @@ def test_validation_perplexity_is_of_the_true_words_without_smoothing(run: Path)
     assert last["val_ppl"] != pytest.approx(math.exp(last["val_loss"]), rel=1e-2)  # the smoothed loss would give another figure
 
 
+def test_fused_loss_trains_the_same_run(run: Path, corpus: Path, tmp_path: Path) -> None:
+    "train --fused-loss (the loss from the decoder's outputs in chunks, Part 2) gives the readable path's figures."
+    out = tmp_path / "fused"
+    done = cli("train", "--out", str(out), "--data-dir", str(corpus), "--model", "tiny", "--epochs", "2", "--fused-loss", *FAST)
+    assert done.returncode == 0, done.stderr
+    readable, fused = (json.loads((folder / "history.json").read_text()) for folder in (run, out))
+    for a, b in zip(readable, fused, strict=True):
+        for key in ("train_loss", "val_loss", "val_ppl", "lr"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4), key
+
+
 def test_tensorboard_logs_the_same_figures(run: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -27,8 +27,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from annotated_transformer.model import ModelConfig
+from annotated_transformer.model import Generator
 from annotated_transformer.training import (
     Batch,
+    FusedLabelSmoothing,
     LabelSmoothing,
     TokenBatchSampler,
     TrainState,
@@ -744,6 +746,30 @@ def test_nan_loss_raises_naming_the_step(at):
         run_epoch(batches, model, NaNAt(crit(), at), None, progress=False)
 
 
+@pytest.mark.parametrize("read_every", [1, 2, 50])
+@pytest.mark.parametrize("at", [0, 3])
+def test_nan_loss_named_whenever_the_losses_are_read(at, read_every):
+    "Losses stay on the device and are read every `read_every` batches; the NaN is still named by its batch."
+    model = tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = list(copy_task_batches(V, 2, 5, seq_len=4, rng=torch.Generator().manual_seed(2)))
+    with pytest.raises(FloatingPointError, match=f"the loss is nan at batch {at} of the run \\(batch {at} of this pass, after {at} optimizer steps\\)"):
+        run_epoch(batches, model, NaNAt(crit(), at), opt, progress=False, read_every=read_every)
+
+
+@pytest.mark.parametrize("read_every", [1, 2, 7])
+def test_read_every_does_not_change_the_mean_loss(read_every):
+    batches = padded_batches()
+    losses = [run_epoch(batches, tiny_model(), crit(), None, progress=False, read_every=r)[0] for r in (read_every, 50)]
+    assert losses[0] == pytest.approx(losses[1], rel=1e-12)
+
+
+@pytest.mark.parametrize("read_every", [0, -2])
+def test_bad_read_every_raises(read_every):
+    with pytest.raises(ValueError, match=f"read_every must be at least 1, got {read_every}"):
+        run_epoch(padded_batches(), tiny_model(), crit(), None, progress=False, read_every=read_every)
+
+
 @pytest.mark.parametrize("accum_iter", [0, -1])
 def test_bad_accum_iter_raises_before_any_change(accum_iter):
     model = tiny_model()
@@ -974,3 +1000,114 @@ def test_copy_task_batches_is_lazy_and_zero_batches_is_empty():
     assert list(copy_task_batches(V, 4, 0)) == []
     gen = copy_task_batches(V, 4, 2, seq_len=3)
     assert next(gen).src.shape == (4, 3)
+
+
+# =========================================================================== FusedLabelSmoothing
+
+
+def readable_and_fused(smoothing: float, padding_idx: int, chunk: int, vocab: int = 37, d: int = 8, n: int = 23, seed: int = 0):
+    "The same generator, decoder outputs and labels, twice: for the readable path and for the fused one."
+    torch.manual_seed(seed)
+    gen = Generator(d, vocab)
+    h = torch.randn(n, d)
+    target = torch.randint(0, vocab, (n,))
+    target[::4] = padding_idx % vocab  # some padded rows
+    twin = copy.deepcopy(gen)
+    return (gen, h.clone().requires_grad_(), target), (FusedLabelSmoothing(twin, padding_idx, smoothing, chunk=chunk), h.clone().requires_grad_(), target)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.4])
+@pytest.mark.parametrize("padding_idx", [0, 9, -1], ids=["pad-first", "pad-middle", "pad-last"])
+@pytest.mark.parametrize("chunk", [37 * 5, 37 * 100, 1], ids=["uneven-chunks", "one-chunk", "row-by-row"])
+def test_fused_label_smoothing_matches_generator_and_label_smoothing(smoothing, padding_idx, chunk):
+    (gen, h, target), (fused, h2, _) = readable_and_fused(smoothing, padding_idx, chunk)
+    readable = LabelSmoothing(37, padding_idx % 37, smoothing)(gen(h), target)
+    loss = fused(h2, target)
+    torch.testing.assert_close(loss, readable, rtol=1e-5, atol=1e-5)
+    (2.5 * readable).backward()
+    (2.5 * loss).backward()  # the backward pass scales the gradients by the incoming one
+    torch.testing.assert_close(h2.grad, h.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fused.generator.proj.weight.grad, gen.proj.weight.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fused.generator.proj.bias.grad, gen.proj.bias.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_label_smoothing_builds_logits_one_chunk_at_a_time(monkeypatch):
+    _, (fused, h, target) = readable_and_fused(0.1, 0, chunk=37 * 5)
+    rows, linear = [], F.linear
+    monkeypatch.setattr(F, "linear", lambda x, w, b=None: rows.append(x.shape[0]) or linear(x, w, b))
+    fused(h, target).backward()
+    assert rows == [5, 5, 5, 5, 3]  # 23 rows, at most 5 x 37 logits at once
+
+
+def test_fused_label_smoothing_gradients_reach_tied_weights():
+    "With §3.4's sharing, the generator's weight is the embedding's: both paths give it the same gradient."
+    cfg = ModelConfig(N=1, d_model=16, d_ff=32, h=2, dropout=0.0, share_embeddings=True)
+    batch = next(copy_task_batches(V, 3, 1, seq_len=6, rng=torch.Generator().manual_seed(5)))
+    grads = []
+    for fused in (False, True):
+        torch.manual_seed(0)
+        model = cfg.build(V, V)
+        assert model.generator.proj.weight is model.tgt_embed[0].lut.weight
+        out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask).flatten(0, 1)
+        if fused:
+            loss = FusedLabelSmoothing(model.generator, PAD, 0.1, chunk=V * 4)(out, batch.tgt_y.flatten())
+        else:
+            loss = crit()(model.generator(out), batch.tgt_y.flatten())
+        loss.backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_label_smoothing_without_gradients_gives_the_loss_only():
+    (gen, h, target), (fused, h2, _) = readable_and_fused(0.1, 0, chunk=37 * 3)
+    with torch.no_grad():
+        loss = fused(h2, target)
+        expected = LabelSmoothing(37, 0, 0.1)(gen(h), target)
+    assert not loss.requires_grad
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_label_smoothing_under_bfloat16_autocast_is_close():
+    "Mixed precision: the logits come from a bfloat16 product in both paths; the log-softmax is float32 in both."
+    (gen, h, target), (fused, h2, _) = readable_and_fused(0.1, 0, chunk=37 * 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        readable = LabelSmoothing(37, 0, 0.1)(F.log_softmax(gen.proj(h).float(), -1), target)
+        loss = fused(h2, target)
+    torch.testing.assert_close(loss, readable, rtol=2e-2, atol=2e-2)
+    readable.backward()
+    loss.backward()
+    torch.testing.assert_close(h2.grad, h.grad, rtol=5e-2, atol=5e-2)
+
+
+def test_run_epoch_with_fused_loss_trains_like_the_readable_path():
+    batches = padded_batches()
+    readable, fused = tiny_model(), tiny_model()
+    results = []
+    for model, criterion in ((readable, crit()), (fused, FusedLabelSmoothing(fused.generator, PAD, 0.1, chunk=V * 3))):
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)  # not Adam: it would blow up rounding noise in zero gradients
+        results.append([run_epoch(batches, model, criterion, opt, progress=False)[0] for _ in range(3)])
+        results.append(run_epoch(batches, model, criterion, None, progress=False)[0])
+    assert results[0] == pytest.approx(results[2], rel=1e-5)
+    assert results[1] == pytest.approx(results[3], rel=1e-5)
+    assert results[0][2] < results[0][0]  # it did train
+    assert_params_equal(params(fused), params(readable), atol=1e-5)
+
+
+@pytest.mark.parametrize("h_shape,t_shape", [((4, 3, 8), (12,)), ((6, 8), (5,)), ((6, 8), (6, 1))])
+def test_fused_label_smoothing_rejects_bad_shapes(h_shape, t_shape):
+    fused = FusedLabelSmoothing(Generator(8, 37), 0, 0.1)
+    with pytest.raises(ValueError, match="expected decoder outputs \\(N, D\\) and N labels"):
+        fused(torch.randn(h_shape), torch.zeros(t_shape, dtype=torch.long))
+
+
+@pytest.mark.parametrize("chunk", [0, -5])
+def test_fused_label_smoothing_rejects_a_bad_chunk(chunk):
+    with pytest.raises(ValueError, match=f"chunk must be at least 1, got {chunk}"):
+        FusedLabelSmoothing(Generator(8, 37), 0, 0.1, chunk=chunk)
+
+
+def test_fused_label_smoothing_rejects_labels_out_of_range():
+    fused = FusedLabelSmoothing(Generator(8, 37), 0, 0.1)
+    with pytest.raises(ValueError, match="37"):
+        fused(torch.randn(3, 8), torch.tensor([1, 37, 2]))
