@@ -20,7 +20,8 @@ from torch import Tensor, nn
 # %% auto #0
 __all__ = ['PRESETS', 'EncoderDecoder', 'Generator', 'clones', 'SublayerConnection', 'EncoderLayer', 'Encoder', 'DecoderLayer',
            'Decoder', 'subsequent_mask', 'check_mask', 'attention', 'MultiHeadedAttention', 'PositionwiseFeedForward',
-           'Embeddings', 'PositionalEncoding', 'check_hyperparameters', 'make_model', 'ModelConfig', 'count_parameters']
+           'check_ids', 'Embeddings', 'PositionalEncoding', 'check_hyperparameters', 'make_model', 'ModelConfig',
+           'count_parameters']
 
 # %% ../nbs/01_model.ipynb #b9d2953d
 class EncoderDecoder(nn.Module):
@@ -261,6 +262,16 @@ class PositionwiseFeedForward(nn.Module):
         return self.w_2(self.dropout(self.w_1(x).relu()))  # (B, L, d_ff) inside
 
 # %% ../nbs/01_model.ipynb #6fc66281
+def check_ids(ids: Tensor, size: int, what: str = "token id") -> None:
+    "Raise a one-line error if an id in `ids` is outside [0, size); only on the CPU, where it costs no wait."
+    if ids.device.type != "cpu" or torch.compiler.is_compiling() or not ids.numel():
+        return
+    lo, hi = torch.aminmax(ids)
+    if lo < 0 or hi >= size:
+        bad = ids[(ids < 0) | (ids >= size)][0].item()
+        raise ValueError(f"{what} {bad} is outside the vocabulary of size {size}")
+
+
 class Embeddings(nn.Module):
     "Learned token embeddings, multiplied by sqrt(d_model) (§3.4)."
 
@@ -271,9 +282,7 @@ class Embeddings(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         "Token ids (B, L) -> vectors (B, L, D)."
-        if x.numel() and (x.min() < 0 or x.max() >= self.lut.num_embeddings):
-            bad = x[(x < 0) | (x >= self.lut.num_embeddings)][0].item()
-            raise ValueError(f"token id {bad} is outside the vocabulary of size {self.lut.num_embeddings}")
+        check_ids(x, self.lut.num_embeddings)
         return self.lut(x) * math.sqrt(self.d_model)
 
 # %% ../nbs/01_model.ipynb #456f029d

@@ -24,7 +24,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import Sampler
 from tqdm import tqdm
 
-from .model import EncoderDecoder, subsequent_mask
+from .model import EncoderDecoder, check_ids, subsequent_mask
 
 # %% auto #0
 __all__ = ['Batch', 'TokenBatchSampler', 'TrainState', 'unwrap', 'optimizer_step', 'run_epoch', 'rate', 'noam_optimizer',
@@ -313,11 +313,7 @@ def _check_labels(target: Tensor, size: int) -> None:
     "Raise a one-line error unless `target` holds integer class ids in [0, size)."
     if target.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"labels must be integer class ids (int64 or int32), got dtype {target.dtype}")
-    if target.numel():
-        lo, hi = torch.aminmax(target)
-        if (lo < 0) | (hi >= size):  # one reduction, one synchronization
-            bad = target[(target < 0) | (target >= size)][0].item()
-            raise ValueError(f"label {bad} is outside the vocabulary of size {size}")
+    check_ids(target, size, "label")  # on the CPU only: on a GPU it would wait for the device every batch
 
 # %% ../nbs/02_training.ipynb #b843e090
 def smoothed_targets(target: Tensor, size: int, padding_idx: int, smoothing: float) -> Tensor:

@@ -520,6 +520,23 @@ def test_error_token_id_outside_vocabulary(bad_id):
         emb(ids)
 
 
+def test_model_compiles_to_one_graph_for_changing_shapes():
+    # Part 6: no `if` on a tensor's value in the forward pass (the id check is CPU-eager only), so torch.compile
+    # captures the whole model as one graph; fullgraph=True turns any graph break into an error.
+    from torch._dynamo.utils import counters
+
+    model = make_model(20, 20, N=2, d_model=D_MODEL, d_ff=D_FF, h=N_HEADS).eval()
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    for S, T in [(5, 4), (7, 6), (9, 3)]:  # three batch shapes, as length bucketing makes them
+        src, tgt = torch.randint(1, 20, (2, S)), torch.randint(1, 20, (2, T))
+        src_mask, tgt_mask = torch.ones(2, 1, S, dtype=torch.bool), subsequent_mask(T).expand(2, T, T)
+        torch.testing.assert_close(compiled(src, tgt, src_mask, tgt_mask), model(src, tgt, src_mask, tgt_mask))
+    assert counters["stats"]["unique_graphs"] <= 2  # the first shape, then one graph with dynamic lengths
+    torch._dynamo.reset()
+
+
 def test_error_share_embeddings_with_different_vocabs():
     with pytest.raises(ValueError, match=r"src_vocab=10 and tgt_vocab=12"):
         make_model(10, 12, N=1, d_model=D_MODEL, d_ff=D_FF, h=N_HEADS, share_embeddings=True)
