@@ -301,7 +301,7 @@ def _output_lines(loaded: Loaded, lines: list[str], start: int, args: argparse.N
 
 def _print_with_attention(loaded: Loaded, sentences: list[str], layer: int, args: argparse.Namespace, out: TextIO) -> None:
     "Print the translations and save the attention maps of each sentence; every map first: one refused prints nothing."
-    from annotated_transformer.visualization import plot_sentence, sentence_attention  # seaborn loads slowly: only when asked
+    from annotated_transformer.visualization import plot_attention, plot_sentence, sentence_attention  # seaborn loads slowly: only when asked
 
     model, src_vocab, tgt_vocab, (src_tok, tgt_tok), _ = loaded
     translations = _translate_lines(loaded, sentences, args)
@@ -311,7 +311,8 @@ def _print_with_attention(loaded: Loaded, sentences: list[str], layer: int, args
         print(detokenize(tokens, tgt_tok), file=out)
         if found is not None:
             path = args.attention if len(sentences) == 1 else args.attention.with_stem(f"{args.attention.stem}-{i}")
-            plot_sentence(found, layer).savefig(path, dpi=100)
+            recurrent = "encoder" not in found.weights  # Part 8's models have one attention, over the source
+            (plot_attention(found, "decoder_src", layer) if recurrent else plot_sentence(found, layer)).savefig(path, dpi=100)
             print(f"attention of layer {layer} saved to {path}", file=sys.stderr)
 
 
@@ -319,9 +320,6 @@ def _translate(args: argparse.Namespace) -> None:
     chunks = _translate_inputs(args)
     first = next(chunks, [])  # read, so checked, before the model loads
     loaded = _load(args)
-    if args.attention and isinstance(loaded.model, RecurrentEncoderDecoder):
-        raise UsageError(f"--attention draws a Transformer's attention heads: {args.checkpoint} holds a recurrent model "
-                         f"({loaded.config.model.arch}); Part 8 shows its attention as a heatmap")
     layers = len(loaded.model.encoder.layers) if isinstance(loaded.model, EncoderDecoder) else 1
     if args.layer is not None and not 0 <= args.layer < layers:  # before translating: nothing is printed
         raise UsageError(f"--layer {args.layer} is out of range: the model has {layers} layers, numbered 0 to {layers - 1}")
@@ -490,7 +488,8 @@ def parser() -> argparse.ArgumentParser:
                     "first, a line each: INDEX<TAB>SCORE<TAB>TRANSLATION, INDEX the sentence's place in the input counted from 0, "
                     "SCORE the one the search ranks by, to 4 decimals (beam: log-probability / length penalty; greedy: "
                     "log-probability); no line for a blank input line")
-    tr.add_argument("--attention", type=Path, metavar="PNG", help="save attention heatmaps of each sentence (OUT-1.png, ... for several); "
+    tr.add_argument("--attention", type=Path, metavar="PNG", help="save attention heatmaps of each sentence (OUT-1.png, ... for several): a "
+                    "Transformer's three kinds of attention in one layer, a recurrent model's attention over the source; "
                     "reads all of standard input before translating")
     tr.add_argument("--layer", type=int, help="the layer whose attention --attention draws (default: the last)")
     tr.set_defaults(run=_translate)

@@ -175,6 +175,13 @@ class RecurrentEncoderDecoder(nn.Module):
             raise ValueError("decoding computes without dropout: call model.eval() first")
         return RecurrentDecoder(self, self.start(src, src_mask))
 
+    @torch.no_grad()
+    def attention_weights(self, src: Tensor, tgt: Tensor, pad: int) -> dict[str, Tensor]:
+        "Part 7's maps of one sentence pair, src (1, S) and tgt (1, T): the one attention, as source attention of 1 layer and 1 head."
+        self.eval()
+        _, weights = self.run(src, tgt, (src != pad).unsqueeze(-2))  # (1, T, S)
+        return {"decoder_src": weights.unsqueeze(0)}  # (N=1, h=1, T, S)
+
 # %% ../nbs/08_recurrent.ipynb #588e9716
 class RecurrentDecoder:
     "Part 3's Decoder for the recurrent models: one step per token, the state carried along."

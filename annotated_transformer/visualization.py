@@ -93,7 +93,7 @@ def check_kind(kind: str) -> None:
 
 # %% ../nbs/07_visualization.ipynb #b0966050
 def sentence_attention(
-    model: EncoderDecoder,
+    model: EncoderDecoder,  # or any model with its own attention_weights(src, tgt, pad), as Part 8's recurrent ones
     sentence: str,  # a German sentence
     src_vocab: Vocab,
     tgt_vocab: Vocab,
@@ -118,7 +118,9 @@ def sentence_attention(
     tgt = torch.tensor([tgt_vocab.encode_sentence(translation)[:-1]], device=device)  # (1, T): the decoder's input, no </s>
     if max(src.size(1), tgt.size(1)) > model.max_len:
         raise ValueError(f"the sentence has {src.size(1) - 2} tokens, too long for this model (at most {model.max_len - 2})")
-    weights = {kind: w.cpu() for kind, w in attention_weights(model, src, tgt, src_vocab.pad).items()}
+    own = getattr(model, "attention_weights", None)  # a model that collects its own maps (Part 8's recurrent ones)
+    found = own(src, tgt, src_vocab.pad) if own else attention_weights(model, src, tgt, src_vocab.pad)
+    weights = {kind: w.cpu() for kind, w in found.items()}
     return AttentionMaps([src_vocab.itos[i] for i in src[0].tolist()], [tgt_vocab.itos[i] for i in tgt[0].tolist()], weights)
 
 # %% ../nbs/07_visualization.ipynb #5c8d8551

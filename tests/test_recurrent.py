@@ -11,7 +11,8 @@ errors, the shapes, one step of the lexical model, and step-by-step decoding aga
 4. Training: run_epoch with label smoothing lowers the loss of each architecture on a toy task.
 5. The command line: `train --arch lstm|lexical` with layer counts and `--train-pairs`, a checkpoint round trip
    (same weights, same configuration, evaluate and translate work), and one-line errors for flags that do not apply,
-   a resumed run of another architecture, more training pairs than there are, and --attention on a recurrent model.
+   a resumed run of another architecture, more training pairs than there are; `translate --attention` and Part 7's
+   `sentence_attention` draw a recurrent model's attention over the source.
 """
 
 from __future__ import annotations
@@ -176,10 +177,29 @@ def test_more_training_pairs_than_there_are_is_refused(data_dir: Path, tmp_path:
     assert "train_pairs=100,000 is more than the" in capsys.readouterr().err
 
 
-def test_attention_heatmaps_of_a_recurrent_checkpoint_are_refused(data_dir: Path, tmp_path: Path, capsys) -> None:
+def test_translate_saves_a_recurrent_model_s_attention(data_dir: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
     assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--arch", "lstm", "--train-pairs", "60", *TRAIN]) == 0
     capsys.readouterr()
-    assert main(["translate", "--checkpoint", str(out / "last.pt"), "--attention", str(tmp_path / "a.png"), "Ein Hund."]) == 2
-    assert "--attention draws a Transformer's attention heads" in capsys.readouterr().err
-    assert not (tmp_path / "a.png").exists()
+    assert main(["translate", "--checkpoint", str(out / "last.pt"), "--attention", str(tmp_path / "a.png"), "Ein Hund."]) == 0
+    assert "attention of layer 0 saved to" in capsys.readouterr().err
+    assert (tmp_path / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["translate", "--checkpoint", str(out / "last.pt"), "--attention", str(tmp_path / "b.png"), "--layer", "1", "Ein Hund."]) == 2
+    assert "--layer 1 is out of range: the model has 1 layers" in capsys.readouterr().err
+    assert not (tmp_path / "b.png").exists()
+
+
+def test_sentence_attention_of_a_recurrent_model_is_its_attention_over_the_source() -> None:
+    # Part 7's sentence_attention takes the maps a recurrent model collects itself: one layer, one head, over the source
+    from annotated_transformer.data import SPECIALS, Vocab
+    from annotated_transformer.visualization import sentence_attention
+
+    src_vocab, tgt_vocab = Vocab([*SPECIALS, "Ein", "Hund", "läuft", "."]), Vocab([*SPECIALS, "A", "dog", "runs", "."])
+    torch.manual_seed(0)
+    model = RecurrentConfig(arch="lexical", d_emb=8, d_hidden=12).build(len(src_vocab), len(tgt_vocab)).train()
+    maps = sentence_attention(model, "Ein Hund läuft.", src_vocab, tgt_vocab, translation=["A", "dog", "runs", "."])
+    assert not model.training  # the maps are dropout-free
+    assert (maps.src_tokens, maps.tgt_tokens) == (["<s>", "Ein", "Hund", "läuft", ".", "</s>"], ["<s>", "A", "dog", "runs", "."])
+    src, tgt = torch.tensor([[0, 4, 5, 6, 7, 1]]), torch.tensor([[0, 4, 5, 6, 7]])
+    assert list(maps.weights) == ["decoder_src"]
+    torch.testing.assert_close(maps.weights["decoder_src"], model.run(src, tgt, torch.ones(1, 1, 6, dtype=torch.bool))[1][None])
