@@ -285,21 +285,23 @@ class AttentionView:
         scale = 10**self.decimals
         return {"decimals": self.decimals, "sentences": [
             {kind: {"rows": rows, "cols": cols, "weights": (m.weights[kind] * scale).round().int().tolist()}
-             for kind in KINDS for rows, cols in [m.axes(kind)]} for m in self.maps]}
+             for kind in KINDS if kind in m.weights for rows, cols in [m.axes(kind)]} for m in self.maps]}
 
     def to_html(self) -> str:
         "Self-contained HTML: the choices, the two columns of tokens, the data and the script; nothing loaded from elsewhere."
         if not self.maps:
             raise ValueError("no attention maps to show")
-        N, h = self.maps[0].weights["encoder"].shape[:2]
-        if any(m.weights["encoder"].shape[:2] != (N, h) for m in self.maps):
+        shown = {kind: label for kind, label in KINDS.items() if kind in self.maps[0].weights}  # a recurrent model has one
+        first = next(iter(shown))
+        N, h = self.maps[0].weights[first].shape[:2]
+        if any(set(m.weights) != set(shown) or m.weights[first].shape[:2] != (N, h) for m in self.maps):
             raise ValueError("the maps come from models of different sizes: show one model at a time")
         data = self.data()
         data["sentences"] = [{"kinds": kinds} for kinds in data["sentences"]]
         options = lambda pairs: "".join(f'<option value="{v}">{html.escape(str(label))}</option>' for v, label in pairs)
         sentences = [" ".join(m.src_tokens[1:-1]) for m in self.maps]
         controls = "".join(f'<label>{name} <select class="av-{name}">{options(pairs)}</select></label>' for name, pairs in [
-            ("sentence", enumerate(sentences)), ("kind", KINDS.items()), ("layer", zip(range(N), range(N))), ("head", zip(range(h), range(h)))])
+            ("sentence", enumerate(sentences)), ("kind", shown.items()), ("layer", zip(range(N), range(N))), ("head", zip(range(h), range(h)))])
         payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")  # no "</script>" inside the data
         return (f'<div class="attention-view"><style>{_VIEW_STYLE}</style><div class="av-controls">{controls}</div>'
                 '<div class="av-columns"><div class="av-column av-queries"></div><div class="av-column av-keys"></div></div>'

@@ -203,3 +203,5 @@ def test_sentence_attention_of_a_recurrent_model_is_its_attention_over_the_sourc
     src, tgt = torch.tensor([[0, 4, 5, 6, 7, 1]]), torch.tensor([[0, 4, 5, 6, 7]])
     assert list(maps.weights) == ["decoder_src"]
     torch.testing.assert_close(maps.weights["decoder_src"], model.run(src, tgt, torch.ones(1, 1, 6, dtype=torch.bool))[1][None])
+    page = maps.to_html()  # Part 7's interactive view offers the one kind there is
+    assert '<option value="decoder_src">' in page and '<option value="encoder">' not in page
