@@ -301,7 +301,7 @@ def _output_lines(loaded: Loaded, lines: list[str], start: int, args: argparse.N
 
 def _print_with_attention(loaded: Loaded, sentences: list[str], layer: int, args: argparse.Namespace, out: TextIO) -> None:
     "Print the translations and save the attention maps of each sentence; every map first: one refused prints nothing."
-    from annotated_transformer.visualization import plot_attention, plot_sentence, sentence_attention  # seaborn loads slowly: only when asked
+    from annotated_transformer.visualization import plot_sentence, sentence_attention  # seaborn loads slowly: only when asked
 
     model, src_vocab, tgt_vocab, (src_tok, tgt_tok), _ = loaded
     translations = _translate_lines(loaded, sentences, args)
@@ -311,8 +311,7 @@ def _print_with_attention(loaded: Loaded, sentences: list[str], layer: int, args
         print(detokenize(tokens, tgt_tok), file=out)
         if found is not None:
             path = args.attention if len(sentences) == 1 else args.attention.with_stem(f"{args.attention.stem}-{i}")
-            recurrent = "encoder" not in found.weights  # Part 8's models have one attention, over the source
-            (plot_attention(found, "decoder_src", layer) if recurrent else plot_sentence(found, layer)).savefig(path, dpi=100)
+            plot_sentence(found, layer).savefig(path, dpi=100)
             print(f"attention of layer {layer} saved to {path}", file=sys.stderr)
 
 

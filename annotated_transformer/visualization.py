@@ -75,6 +75,11 @@ class AttentionMaps:
     tgt_tokens: list[str]  # the decoder's input: <s> and the translation
     weights: dict[str, Tensor]  # kind -> (N, h, queries, keys)
 
+    @property
+    def kinds(self) -> list[str]:
+        "The kinds of attention these maps hold, in the order of KINDS: all three, or source attention alone (Part 8's models)."
+        return [kind for kind in KINDS if kind in self.weights]
+
     def axes(self, kind: str) -> tuple[list[str], list[str]]:
         "The tokens of the rows (queries) and columns (keys) of a kind of attention."
         check_kind(kind)
@@ -204,13 +209,14 @@ def plot_attention(maps: AttentionMaps, kind: str, layer: int | None = None, hea
 
 # %% ../nbs/07_visualization.ipynb #6db89604
 def plot_sentence(maps: AttentionMaps, layer: int) -> Figure:
-    "The three kinds of attention of one layer, a row each, with every head: what `translate --attention` saves."
-    N, h = maps.weights["encoder"].shape[:2]
+    "Every kind of attention of one layer, a row each, with every head: what `translate --attention` saves."
+    kinds = maps.kinds
+    N, h = maps.weights[kinds[0]].shape[:2]
     check_index("layer", layer, N)
     size = _cell_size(max(len(maps.src_tokens), len(maps.tgt_tokens)))
-    fig = AttentionFigure(figsize=(size * h, size * 3 + 0.6), layout="constrained")
-    axes = fig.subplots(3, h, squeeze=False)
-    for row, kind in enumerate(KINDS):
+    fig = AttentionFigure(figsize=(size * h, size * len(kinds) + 0.6), layout="constrained")
+    axes = fig.subplots(len(kinds), h, squeeze=False)
+    for row, kind in enumerate(kinds):
         rows, cols = maps.axes(kind)
         for head in range(h):
             _heatmap(axes[row][head], maps.weights[kind][layer, head], rows, cols, f"{KINDS[kind]}, head {head}")
@@ -285,23 +291,22 @@ class AttentionView:
         scale = 10**self.decimals
         return {"decimals": self.decimals, "sentences": [
             {kind: {"rows": rows, "cols": cols, "weights": (m.weights[kind] * scale).round().int().tolist()}
-             for kind in KINDS if kind in m.weights for rows, cols in [m.axes(kind)]} for m in self.maps]}
+             for kind in m.kinds for rows, cols in [m.axes(kind)]} for m in self.maps]}
 
     def to_html(self) -> str:
         "Self-contained HTML: the choices, the two columns of tokens, the data and the script; nothing loaded from elsewhere."
         if not self.maps:
             raise ValueError("no attention maps to show")
-        shown = {kind: label for kind, label in KINDS.items() if kind in self.maps[0].weights}  # a recurrent model has one
-        first = next(iter(shown))
-        N, h = self.maps[0].weights[first].shape[:2]
-        if any(set(m.weights) != set(shown) or m.weights[first].shape[:2] != (N, h) for m in self.maps):
+        kinds = self.maps[0].kinds  # a recurrent model's maps hold one
+        N, h = self.maps[0].weights[kinds[0]].shape[:2]
+        if any(m.kinds != kinds or m.weights[kinds[0]].shape[:2] != (N, h) for m in self.maps):
             raise ValueError("the maps come from models of different sizes: show one model at a time")
         data = self.data()
-        data["sentences"] = [{"kinds": kinds} for kinds in data["sentences"]]
+        data["sentences"] = [{"kinds": found} for found in data["sentences"]]
         options = lambda pairs: "".join(f'<option value="{v}">{html.escape(str(label))}</option>' for v, label in pairs)
         sentences = [" ".join(m.src_tokens[1:-1]) for m in self.maps]
         controls = "".join(f'<label>{name} <select class="av-{name}">{options(pairs)}</select></label>' for name, pairs in [
-            ("sentence", enumerate(sentences)), ("kind", shown.items()), ("layer", zip(range(N), range(N))), ("head", zip(range(h), range(h)))])
+            ("sentence", enumerate(sentences)), ("kind", [(kind, KINDS[kind]) for kind in kinds]), ("layer", zip(range(N), range(N))), ("head", zip(range(h), range(h)))])
         payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")  # no "</script>" inside the data
         return (f'<div class="attention-view"><style>{_VIEW_STYLE}</style><div class="av-controls">{controls}</div>'
                 '<div class="av-columns"><div class="av-column av-queries"></div><div class="av-column av-keys"></div></div>'

@@ -1,7 +1,7 @@
 """What `torch.compile` sees in one training step, and how often it compiles over batches of changing shapes.
 
 A compiled forward pass pays off when TorchDynamo captures it as one graph and compiles it once or twice, not once
-per sentence length. This counts, on any device (a CPU is enough: the counts are the same on a GPU):
+per sentence length. This counts, on a CPU (graph breaks come from the Python code, so a CPU is enough to find them):
 
 - the graphs and graph breaks in one forward pass of our model (`torch._dynamo.explain`), with the reason and the
   line of each break; a data-dependent `if` on a tensor (which on a GPU is also a wait for the device) is one;
@@ -38,8 +38,10 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.manual_seed(0)
-    model = ModelConfig.preset(args.preset).build(args.vocab, args.vocab)
-    batches = wmt_like_batches(args.batches * args.max_tokens // 15, args.max_tokens, args.vocab)[: args.batches]
+    config = ModelConfig.preset(args.preset)
+    model = config.build(args.vocab, args.vocab)
+    sentences = args.batches * args.max_tokens // 15  # more than enough: a WMT-like sentence pads to about 25 tokens
+    batches = wmt_like_batches(sentences, args.max_tokens, args.vocab)[: args.batches]
     shapes = {(tuple(b.src.shape), tuple(b.tgt.shape)) for b in batches}
     print(f"torch {torch.__version__}; {args.preset} model; {len(batches)} batches, {len(shapes)} distinct shapes; backend {args.backend}")
 
@@ -53,7 +55,7 @@ def main() -> None:
     torch._dynamo.reset()
     counters.clear()
     criterion = LabelSmoothing(args.vocab, padding_idx=PAD, smoothing=0.1)
-    optimizer, scheduler = noam_optimizer(model, model.src_embed[0].d_model, 1.0, 400)
+    optimizer, scheduler = noam_optimizer(model, config.d_model, 1.0, 400)
     compiled = torch.compile(model, backend=args.backend)
     start = time.perf_counter()
     run_epoch(batches, compiled, criterion, optimizer, scheduler, progress=False)

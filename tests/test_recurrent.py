@@ -201,7 +201,7 @@ def test_sentence_attention_of_a_recurrent_model_is_its_attention_over_the_sourc
     assert not model.training  # the maps are dropout-free
     assert (maps.src_tokens, maps.tgt_tokens) == (["<s>", "Ein", "Hund", "läuft", ".", "</s>"], ["<s>", "A", "dog", "runs", "."])
     src, tgt = torch.tensor([[0, 4, 5, 6, 7, 1]]), torch.tensor([[0, 4, 5, 6, 7]])
-    assert list(maps.weights) == ["decoder_src"]
+    assert list(maps.weights) == maps.kinds == ["decoder_src"]
     torch.testing.assert_close(maps.weights["decoder_src"], model.run(src, tgt, torch.ones(1, 1, 6, dtype=torch.bool))[1][None])
     page = maps.to_html()  # Part 7's interactive view offers the one kind there is
     assert '<option value="decoder_src">' in page and '<option value="encoder">' not in page
