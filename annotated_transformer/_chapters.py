@@ -25,8 +25,13 @@ from annotated_transformer.trainer import TrainConfig, train
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository root (the notebooks run from nbs/)
 FULL_RUN_ENV = "MULTI30K_RUN"  # names the folder of a full run for the notebooks to decode
-CPU_CONFIG = TrainConfig(  # the notebooks' model when no full run is given: about 5 minutes on 2 CPU cores
-    model=replace(ModelConfig.preset("small"), norm_first=True), epochs=3, max_tokens=2048, warmup=300
+CPU_CONFIG = (
+    TrainConfig(  # the notebooks' model when no full run is given: about 5 minutes on 2 CPU cores
+        model=replace(ModelConfig.preset("small"), norm_first=True),
+        epochs=3,
+        max_tokens=2048,
+        warmup=300,
+    )
 )
 
 
@@ -40,21 +45,44 @@ def chapter_run(root: Path = ROOT) -> tuple[Path, bool]:
     with FileLock(run_dir / ".chapter.lock"):
         last = run_dir / "last.pt"
         if not (last.is_file() and load_checkpoint(last)["epoch"] >= CPU_CONFIG.epochs):
-            train(run_dir, CPU_CONFIG, resume=last.is_file(), overwrite=not last.is_file(), progress=False)
+            train(
+                run_dir,
+                CPU_CONFIG,
+                resume=last.is_file(),
+                overwrite=not last.is_file(),
+                progress=False,
+            )
     return run_dir, False
 
 
-SUBJECTS = [("Ein Mann", "A man"), ("Eine Frau", "A woman"), ("Ein Kind", "A child"), ("Ein Hund", "A dog")]
+SUBJECTS = [
+    ("Ein Mann", "A man"),
+    ("Eine Frau", "A woman"),
+    ("Ein Kind", "A child"),
+    ("Ein Hund", "A dog"),
+]
 VERBS = [("sieht", "sees"), ("hat", "has"), ("mag", "likes")]
-OBJECTS = [("einen Ball", "a ball"), ("ein Auto", "a car"), ("einen Baum", "a tree"), ("ein Haus", "a house")]
-PLACES = [("", ""), (" im Park", " in the park"), (" am Strand", " on the beach"), (" im Schnee", " in the snow")]
+OBJECTS = [
+    ("einen Ball", "a ball"),
+    ("ein Auto", "a car"),
+    ("einen Baum", "a tree"),
+    ("ein Haus", "a house"),
+]
+PLACES = [
+    ("", ""),
+    (" im Park", " in the park"),
+    (" am Strand", " on the beach"),
+    (" im Schnee", " in the snow"),
+]
 
 
 def synthetic_pairs() -> list[tuple[str, str]]:
     "192 distinct, consistent German-English sentence pairs, in a fixed shuffled order."
     pairs = [
         (f"{s_de} {v_de} {o_de}{p_de}.", f"{s_en} {v_en} {o_en}{p_en}.")
-        for (s_de, s_en), (v_de, v_en), (o_de, o_en), (p_de, p_en) in itertools.product(SUBJECTS, VERBS, OBJECTS, PLACES)
+        for (s_de, s_en), (v_de, v_en), (o_de, o_en), (p_de, p_en) in itertools.product(
+            SUBJECTS, VERBS, OBJECTS, PLACES
+        )
     ]
     random.Random(0).shuffle(pairs)
     return pairs
@@ -72,16 +100,28 @@ def write_split(folder: Path, split: str, pairs: list[tuple[str, str]]) -> tuple
 def start_python(
     *args: str,
     nproc: int = 1,  # with more than 1, torchrun starts that many processes on this machine
-    log_dir: Path | None = None,  # torchrun's log folder; None leaves it a folder of its own in /tmp
+    log_dir: Path
+    | None = None,  # torchrun's log folder; None leaves it a folder of its own in /tmp
 ) -> subprocess.Popen:
     "Start `python ARGS`, alone or under torchrun, one thread a process (they share the CPU cores); its output piped."
-    torchrun = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 else []
+    torchrun = (
+        ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+        if nproc > 1
+        else []
+    )
     logs = ["--log-dir", str(log_dir)] if nproc > 1 and log_dir is not None else []
-    return subprocess.Popen([sys.executable, *torchrun, *logs, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.Popen(
+        [sys.executable, *torchrun, *logs, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
-def run_cli(*args: str, nproc: int = 1, log_dir: Path | None = None, timeout: float = 600.0) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, nproc: int = 1, log_dir: Path | None = None, timeout: float = 600.0
+) -> subprocess.CompletedProcess:
     "Run `annotated-transformer ARGS` to the end, alone or in `nproc` processes (see `start_python`); its output captured."
     process = start_python("-m", "annotated_transformer.cli", *args, nproc=nproc, log_dir=log_dir)
     try:

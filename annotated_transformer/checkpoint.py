@@ -53,14 +53,22 @@ def torch_load_safely(path: Path) -> object:
     "What `torch.save` wrote to `path`, read with PyTorch's restricted unpickler: tensors and plain data only."
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:  # the restricted unpickler met something it does not build
+    except (
+        pickle.UnpicklingError
+    ) as error:  # the restricted unpickler met something it does not build
         unsafe = re.search(r"GLOBAL (\S+)", str(error))  # the file asks for a Python object by name
         if unsafe:
-            raise ValueError(f"{path} asks to build the Python object {unsafe.group(1)}, which could run code when loaded: "
-                             f"refusing to load it (checkpoints hold only tensors and plain data)") from None
-        raise ValueError(f"{path} is not a readable checkpoint (not a PyTorch file, or damaged)") from None
+            raise ValueError(
+                f"{path} asks to build the Python object {unsafe.group(1)}, which could run code when loaded: "
+                f"refusing to load it (checkpoints hold only tensors and plain data)"
+            ) from None
+        raise ValueError(
+            f"{path} is not a readable checkpoint (not a PyTorch file, or damaged)"
+        ) from None
     except Exception as error:  # truncated zip, not a torch file
-        raise ValueError(f"{path} is not a readable checkpoint ({type(error).__name__}: {error})") from None
+        raise ValueError(
+            f"{path} is not a readable checkpoint ({type(error).__name__}: {error})"
+        ) from None
 
 
 def load_checkpoint(path: str | Path) -> dict:
@@ -71,7 +79,9 @@ def load_checkpoint(path: str | Path) -> dict:
     ckpt = torch_load_safely(path)
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         found = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
-        raise ValueError(f"{path} has checkpoint format {found!r}; this version ({__version__}) reads format {CHECKPOINT_FORMAT}")
+        raise ValueError(
+            f"{path} has checkpoint format {found!r}; this version ({__version__}) reads format {CHECKPOINT_FORMAT}"
+        )
     return ckpt
 
 # %% ../nbs/05_1_checkpoints.ipynb #f0e2d5f4
@@ -82,18 +92,31 @@ def model_from_checkpoint(
     "The trained model (in eval mode) and its source and target vocabularies."
     missing = [key for key in ("config", "model", "src_vocab", "tgt_vocab") if key not in ckpt]
     if missing:
-        raise ValueError(f"{source} has no {', '.join(missing)}: it is not a checkpoint that `train` wrote")
+        raise ValueError(
+            f"{source} has no {', '.join(missing)}: it is not a checkpoint that `train` wrote"
+        )
     try:
         config = model_config(ckpt["config"]["model"])
-        src_vocab, tgt_vocab = Vocab.from_state_dict(ckpt["src_vocab"]), Vocab.from_state_dict(ckpt["tgt_vocab"])
-    except (TypeError, KeyError, ValueError) as error:  # unknown or missing settings, a damaged vocabulary
-        raise ValueError(f"{source} has a model configuration or vocabulary this version cannot use ({error})") from None
+        src_vocab, tgt_vocab = (
+            Vocab.from_state_dict(ckpt["src_vocab"]),
+            Vocab.from_state_dict(ckpt["tgt_vocab"]),
+        )
+    except (
+        TypeError,
+        KeyError,
+        ValueError,
+    ) as error:  # unknown or missing settings, a damaged vocabulary
+        raise ValueError(
+            f"{source} has a model configuration or vocabulary this version cannot use ({error})"
+        ) from None
     model = config.build(len(src_vocab), len(tgt_vocab))
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as error:  # names, shapes
         detail = " ".join(str(error).split("\n")[1:2]).strip()
-        raise ValueError(f"{source}: its weights do not fit its model configuration ({detail})") from None
+        raise ValueError(
+            f"{source}: its weights do not fit its model configuration ({detail})"
+        ) from None
     return model.eval(), src_vocab, tgt_vocab
 
 # %% ../nbs/05_1_checkpoints.ipynb #6c56646f
@@ -104,9 +127,13 @@ def tokenizers_from_checkpoint(ckpt: dict, source: str | Path = "the checkpoint"
         subwords = SubwordTokenizer.from_state_dict(ckpt["tokenizer"], source)
         return subwords, subwords
     if config.get("vocab_size") is not None:
-        raise ValueError(f"{source} was trained with subwords but holds no subword model (tokenizer): "
-                         f"use a checkpoint that `train` wrote, e.g. its last.pt or epochK.pt")
-    return load_tokenizers((config.get("src_lang", "de"), config.get("tgt_lang", "en")))  # checkpoints of 0.2 are de->en
+        raise ValueError(
+            f"{source} was trained with subwords but holds no subword model (tokenizer): "
+            f"use a checkpoint that `train` wrote, e.g. its last.pt or epochK.pt"
+        )
+    return load_tokenizers(
+        (config.get("src_lang", "de"), config.get("tgt_lang", "en"))
+    )  # checkpoints of 0.2 are de->en
 
 # %% ../nbs/05_1_checkpoints.ipynb #f9e0c7b1
 def rng_state() -> dict:
@@ -130,7 +157,9 @@ def _state_dict(path: str | Path) -> dict[str, Tensor]:
     ckpt = torch_load_safely(Path(path))
     state = ckpt["model"] if isinstance(ckpt, dict) and "model" in ckpt else ckpt
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
-        raise ValueError(f"{path} holds neither a state dict nor a checkpoint with one under 'model'")
+        raise ValueError(
+            f"{path} holds neither a state dict nor a checkpoint with one under 'model'"
+        )
     return state
 
 
@@ -147,9 +176,14 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Tensor]:
             raise ValueError(f"{path} and {paths[0]} have different parameters (e.g. {diff[0]!r})")
         for name, v in state.items():
             if v.shape != first[name].shape:
-                raise ValueError(f"{name!r} is {tuple(v.shape)} in {path} but {tuple(first[name].shape)} in {paths[0]}")
+                raise ValueError(
+                    f"{name!r} is {tuple(v.shape)} in {path} but {tuple(first[name].shape)} in {paths[0]}"
+                )
             total[name] = total[name] + v.float() if v.is_floating_point() else v
-    return {name: (v / len(paths)).to(first[name].dtype) if first[name].is_floating_point() else v for name, v in total.items()}
+    return {
+        name: (v / len(paths)).to(first[name].dtype) if first[name].is_floating_point() else v
+        for name, v in total.items()
+    }
 
 # %% ../nbs/05_1_checkpoints.ipynb #a35c37af
 def _same_run(a: dict, b: dict) -> bool:
@@ -166,14 +200,20 @@ def average_last(path: str | Path, k: int) -> dict:
     path = Path(path)
     ckpt = load_checkpoint(path)
     if ckpt["epoch"] < k:
-        raise ValueError(f"{path} is from epoch {ckpt['epoch']}: there are not {k} epochs to average")
+        raise ValueError(
+            f"{path} is from epoch {ckpt['epoch']}: there are not {k} epochs to average"
+        )
     paths = [path.parent / f"epoch{e}.pt" for e in range(ckpt["epoch"] - k + 1, ckpt["epoch"] + 1)]
     missing = [p.name for p in paths if not p.is_file()]
     if missing:
-        raise FileNotFoundError(f"averaging the last {k} epochs of {path} needs {', '.join(missing)} beside it "
-                                f"(train keeps the last five)")
+        raise FileNotFoundError(
+            f"averaging the last {k} epochs of {path} needs {', '.join(missing)} beside it "
+            f"(train keeps the last five)"
+        )
     for p in paths:
         if not _same_run(load_checkpoint(p), ckpt):
-            raise ValueError(f"{p} is from another training run than {path} (another run id, configuration, seed or "
-                             f"vocabulary): average the epochs of one run only")
+            raise ValueError(
+                f"{p} is from another training run than {path} (another run id, configuration, seed or "
+                f"vocabulary): average the epochs of one run only"
+            )
     return {**ckpt, "model": average_checkpoints(paths)}

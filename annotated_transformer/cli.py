@@ -54,9 +54,19 @@ except ModuleNotFoundError:  # Python 3.10
 import torch
 
 from annotated_transformer import __version__
-from annotated_transformer.checkpoint import average_last, load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
+from annotated_transformer.checkpoint import (
+    average_last,
+    load_checkpoint,
+    model_from_checkpoint,
+    tokenizers_from_checkpoint,
+)
 from annotated_transformer.data import Vocab, load_multi30k, read_lines
-from annotated_transformer.distributed import PRECISIONS, cleanup_distributed, default_precision, setup_distributed
+from annotated_transformer.distributed import (
+    PRECISIONS,
+    cleanup_distributed,
+    default_precision,
+    setup_distributed,
+)
 from annotated_transformer.model import EncoderDecoder, ModelConfig, count_parameters
 from annotated_transformer.recurrent import ARCHS, RecurrentConfig, RecurrentEncoderDecoder, arch_of
 from annotated_transformer.trainer import TrainConfig, train
@@ -73,8 +83,12 @@ def _files(args: argparse.Namespace) -> dict[str, tuple[Path, Path]] | None:
     if not given:
         return None
     if len(given) < len(FILE_FLAGS):
-        missing = ", ".join("--" + name.replace("_", "-") for name in FILE_FLAGS if name not in given)
-        raise UsageError(f"your own data needs all four of --train-src, --train-tgt, --valid-src and --valid-tgt: {missing} missing")
+        missing = ", ".join(
+            "--" + name.replace("_", "-") for name in FILE_FLAGS if name not in given
+        )
+        raise UsageError(
+            f"your own data needs all four of --train-src, --train-tgt, --valid-src and --valid-tgt: {missing} missing"
+        )
     for name in FILE_FLAGS:
         if not getattr(args, name).is_file():
             raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)}: no such file")
@@ -86,62 +100,123 @@ def _config_file(path: Path) -> TrainConfig:
     if not path.is_file():
         raise UsageError(f"--config {path}: no such file")
     try:
-        settings = tomllib.loads(path.read_text()) if path.suffix == ".toml" else json.loads(path.read_text())
+        settings = (
+            tomllib.loads(path.read_text())
+            if path.suffix == ".toml"
+            else json.loads(path.read_text())
+        )
         defaults, model = TrainConfig().to_dict(), settings.get("model", {})
         if model.get("arch", "transformer") != "transformer":  # a recurrent model: its own defaults
             defaults["model"] = asdict(RecurrentConfig(arch=model["arch"]))
-        return TrainConfig.from_dict({**defaults, **settings, "model": {**defaults["model"], **model}})
-    except (ValueError, TypeError, AttributeError) as error:  # not JSON/TOML, an unknown setting, a bad value, not a table
+        return TrainConfig.from_dict(
+            {**defaults, **settings, "model": {**defaults["model"], **model}}
+        )
+    except (
+        ValueError,
+        TypeError,
+        AttributeError,
+    ) as error:  # not JSON/TOML, an unknown setting, a bad value, not a table
         raise ValueError(f"--config {path}: {error}") from None
 
 
 def _train_config(args: argparse.Namespace, files: dict | None) -> TrainConfig:
     "The defaults, the --config file or on --resume the checkpoint's configuration, with the flags that were given."
     if args.resume and args.config:
-        raise UsageError("--config sets up a new run; a resumed run keeps the configuration in its checkpoint")
-    overrides = {name: getattr(args, name) for name in ("epochs", "max_tokens", "accum_iter", "warmup", "seed", "src_lang", "tgt_lang",
-                                                        "train_pairs") if getattr(args, name) is not None}
+        raise UsageError(
+            "--config sets up a new run; a resumed run keeps the configuration in its checkpoint"
+        )
+    overrides = {
+        name: getattr(args, name)
+        for name in (
+            "epochs",
+            "max_tokens",
+            "accum_iter",
+            "warmup",
+            "seed",
+            "src_lang",
+            "tgt_lang",
+            "train_pairs",
+        )
+        if getattr(args, name) is not None
+    }
     if args.resume:
         base = TrainConfig.from_dict(load_checkpoint(args.out / "last.pt")["config"])
     else:
         base = _config_file(args.config) if args.config else TrainConfig()
-    vocab_size = args.vocab_size or base.vocab_size or (DEFAULT_VOCAB_SIZE if files and not args.resume else None)
+    vocab_size = (
+        args.vocab_size
+        or base.vocab_size
+        or (DEFAULT_VOCAB_SIZE if files and not args.resume else None)
+    )
     model = _model_config(args, base.model)
-    if not (args.resume or args.config):  # subwords: one shared vocabulary and the three tied weights of §3.4
+    if not (
+        args.resume or args.config
+    ):  # subwords: one shared vocabulary and the three tied weights of §3.4
         model = replace(model, share_embeddings=vocab_size is not None)
     overrides["model"] = model if args.dropout is None else replace(model, dropout=args.dropout)
     return replace(base, **overrides, vocab_size=vocab_size)
 
 
-def _model_config(args: argparse.Namespace, base: ModelConfig | RecurrentConfig) -> ModelConfig | RecurrentConfig:
+def _model_config(
+    args: argparse.Namespace, base: ModelConfig | RecurrentConfig
+) -> ModelConfig | RecurrentConfig:
     "The model --arch, --model and the layer counts choose; `base` (the default, the --config file's or the resumed run's) if none is given."
-    layers = {name: getattr(args, name) for name in ("enc_layers", "dec_layers") if getattr(args, name) is not None}
+    layers = {
+        name: getattr(args, name)
+        for name in ("enc_layers", "dec_layers")
+        if getattr(args, name) is not None
+    }
     arch = args.arch or arch_of(base)
     if arch == "transformer":
         if layers:
-            raise UsageError("--enc-layers and --dec-layers size a recurrent model (--arch lstm or lexical): "
-                             "a Transformer's size comes from --model")
+            raise UsageError(
+                "--enc-layers and --dec-layers size a recurrent model (--arch lstm or lexical): "
+                "a Transformer's size comes from --model"
+            )
         if args.model is None:
             return base if arch_of(base) == "transformer" else TrainConfig().model
-        return TrainConfig().model if args.model == "multi30k" else replace(ModelConfig.preset(args.model), norm_first=True)
+        return (
+            TrainConfig().model
+            if args.model == "multi30k"
+            else replace(ModelConfig.preset(args.model), norm_first=True)
+        )
     if args.model is not None:
-        raise UsageError(f"--model chooses a Transformer's size: it does not apply to --arch {arch} (use --enc-layers and --dec-layers)")
+        raise UsageError(
+            f"--model chooses a Transformer's size: it does not apply to --arch {arch} (use --enc-layers and --dec-layers)"
+        )
     start = base if arch_of(base) == arch else RecurrentConfig(arch=arch)
     return replace(start, **layers)
 
 
 def _train(args: argparse.Namespace) -> None:
     if args.resume and args.overwrite:
-        raise UsageError("--resume continues the run in --out and --overwrite replaces it: give one of them")
+        raise UsageError(
+            "--resume continues the run in --out and --overwrite replaces it: give one of them"
+        )
     files = _files(args)
     if files and (args.data_dir or args.src_lang or args.tgt_lang):
-        raise UsageError("--data-dir, --src-lang and --tgt-lang choose Multi30k's files: leave them out with --train-src and the others")
+        raise UsageError(
+            "--data-dir, --src-lang and --tgt-lang choose Multi30k's files: leave them out with --train-src and the others"
+        )
     config = _train_config(args, files)
-    setup = setup_distributed(args.backend, args.device)  # one process, or one of those torchrun started (Part 6)
+    setup = setup_distributed(
+        args.backend, args.device
+    )  # one process, or one of those torchrun started (Part 6)
     try:
-        train(args.out, config, data_dir=args.data_dir, files=files, resume=args.resume, overwrite=args.overwrite, device=setup.device,
-              progress=not args.quiet, precision=args.precision or default_precision(setup.device), compile=args.compile,
-              fused_loss=args.fused_loss, tensorboard=args.tensorboard)
+        train(
+            args.out,
+            config,
+            data_dir=args.data_dir,
+            files=files,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            device=setup.device,
+            progress=not args.quiet,
+            precision=args.precision or default_precision(setup.device),
+            compile=args.compile,
+            fused_loss=args.fused_loss,
+            tensorboard=args.tensorboard,
+        )
     finally:
         cleanup_distributed()
 
@@ -161,47 +236,82 @@ class Loaded(NamedTuple):
 
 
 def _load(args: argparse.Namespace) -> Loaded:
-    ckpt = average_last(args.checkpoint, args.average_last) if args.average_last else load_checkpoint(args.checkpoint)
+    ckpt = (
+        average_last(args.checkpoint, args.average_last)
+        if args.average_last
+        else load_checkpoint(args.checkpoint)
+    )
     model, src_vocab, tgt_vocab = model_from_checkpoint(ckpt, args.checkpoint)
     tokenizers = tokenizers_from_checkpoint(ckpt, args.checkpoint)
     model = model.to(args.device) if args.device else model
     return Loaded(model, src_vocab, tgt_vocab, tokenizers, TrainConfig.from_dict(ckpt["config"]))
 
 
-def _scored_lines(loaded: Loaded, lines: list[str], args: argparse.Namespace, nbest: int = 1,
-                  progress: bool = False) -> list[list[tuple[list[str], float]]]:
+def _scored_lines(
+    loaded: Loaded,
+    lines: list[str],
+    args: argparse.Namespace,
+    nbest: int = 1,
+    progress: bool = False,
+) -> list[list[tuple[list[str], float]]]:
     "The `nbest` best (target tokens, score) of each line, best first; none for an empty line, so that the output lines up with the input."
     model, src_vocab, tgt_vocab, (src_tok, _), _ = loaded
     rows = [i for i, line in enumerate(lines) if line.strip()]
-    found = translate_nbest(model, [lines[i] for i in rows], src_vocab, tgt_vocab, src_tok, beam_size=args.beam, nbest=nbest,
-                            alpha=args.alpha, allow_unk=args.allow_unk, progress=progress) if rows else []
+    found = (
+        translate_nbest(
+            model,
+            [lines[i] for i in rows],
+            src_vocab,
+            tgt_vocab,
+            src_tok,
+            beam_size=args.beam,
+            nbest=nbest,
+            alpha=args.alpha,
+            allow_unk=args.allow_unk,
+            progress=progress,
+        )
+        if rows
+        else []
+    )
     scored: list[list[tuple[list[str], float]]] = [[] for _ in lines]
     for i, best in zip(rows, found):
         scored[i] = best
     return scored
 
 
-def _translate_lines(loaded: Loaded, lines: list[str], args: argparse.Namespace, progress: bool = False) -> list[list[str]]:
+def _translate_lines(
+    loaded: Loaded, lines: list[str], args: argparse.Namespace, progress: bool = False
+) -> list[list[str]]:
     "Target tokens for each line; none for an empty line, so that the output lines up with the input."
-    return [best[0][0] if best else [] for best in _scored_lines(loaded, lines, args, progress=progress)]
+    return [
+        best[0][0] if best else [] for best in _scored_lines(loaded, lines, args, progress=progress)
+    ]
 
 
 def _decoding(args: argparse.Namespace) -> str:
     "How the output was made, for the report line."
     search = "greedy" if args.beam == 1 else f"beam {args.beam}, alpha {args.alpha}"
-    return search + (f", average of the last {args.average_last} epochs" if args.average_last else "") + (", <unk> allowed" if args.allow_unk else "")
+    return (
+        search
+        + (f", average of the last {args.average_last} epochs" if args.average_last else "")
+        + (", <unk> allowed" if args.allow_unk else "")
+    )
 
 
 def _check_new_output(path: Path | None) -> None:
     "Refuse an --output file that exists: the command never overwrites one."
     if path is not None and path.exists():
-        raise UsageError(f"--output {path} exists: choose another name or delete it (it is never overwritten)")
+        raise UsageError(
+            f"--output {path} exists: choose another name or delete it (it is never overwritten)"
+        )
 
 
 def _evaluation_inputs(args: argparse.Namespace) -> None:
     "Check the flags of evaluate that need no model (so before it loads)."
     if (args.src is None) != (args.ref is None):
-        raise UsageError("--src and --ref go together: the sentences to translate and their reference translations")
+        raise UsageError(
+            "--src and --ref go together: the sentences to translate and their reference translations"
+        )
     if args.src is not None and args.split is not None:
         raise UsageError("--split chooses a Multi30k split: leave it out with --src and --ref")
     for flag, path in (("--src", args.src), ("--ref", args.ref)):
@@ -214,39 +324,65 @@ def _evaluate(args: argparse.Namespace) -> None:
     _evaluation_inputs(args)
     loaded = _load(args)
     if args.src is not None:
-        sources, references = read_lines(args.src, allow_empty=True), read_lines(args.ref, allow_empty=True)
+        sources, references = (
+            read_lines(args.src, allow_empty=True),
+            read_lines(args.ref, allow_empty=True),
+        )
         if len(sources) != len(references):
-            raise ValueError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}: "
-                             f"the reference file must translate the source file line by line")
+            raise ValueError(
+                f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}: "
+                f"the reference file must translate the source file line by line"
+            )
         name = args.src.name
     else:
         split = args.split or "test2016"
-        pairs = load_multi30k(split, args.data_dir, langs=(loaded.config.src_lang, loaded.config.tgt_lang))
+        pairs = load_multi30k(
+            split, args.data_dir, langs=(loaded.config.src_lang, loaded.config.tgt_lang)
+        )
         sources, references, name = [src for src, _ in pairs], [tgt for _, tgt in pairs], split
     hypotheses = _translate_lines(loaded, sources, args, progress=not args.quiet)
     if args.output is not None:
-        with open(args.output, "x", encoding="utf-8") as f:  # "x": never over a file that appeared meanwhile
+        with open(
+            args.output, "x", encoding="utf-8"
+        ) as f:  # "x": never over a file that appeared meanwhile
             f.writelines(detokenize(tokens, loaded.tokenizers[1]) + "\n" for tokens in hypotheses)
     scores = bleu(hypotheses, references, loaded.tokenizers[1])
     if args.json:  # sacreBLEU's own fields, then what was translated and how
-        print(json.dumps({**scores.fields, "tokenized_lowercase": scores.tokenized_lowercase, "data": name, "sentences": len(sources),
-                          "checkpoint": str(args.checkpoint), "arch": arch_of(loaded.config.model),
-                          "parameters": count_parameters(loaded.model), "beam": args.beam, "alpha": args.alpha,
-                          "average_last": args.average_last, "allow_unk": args.allow_unk}))
+        print(
+            json.dumps(
+                {
+                    **scores.fields,
+                    "tokenized_lowercase": scores.tokenized_lowercase,
+                    "data": name,
+                    "sentences": len(sources),
+                    "checkpoint": str(args.checkpoint),
+                    "arch": arch_of(loaded.config.model),
+                    "parameters": count_parameters(loaded.model),
+                    "beam": args.beam,
+                    "alpha": args.alpha,
+                    "average_last": args.average_last,
+                    "allow_unk": args.allow_unk,
+                }
+            )
+        )
     else:
         print(f"{name} ({len(sources)} sentences, {_decoding(args)}): {scores}")
 
 
 def _stdin_lines() -> Iterator[str]:
     "The lines of standard input (blank ones too) as they arrive, decoded as UTF-8 one at a time so that an error names its line."
-    binary = getattr(sys.stdin, "buffer", None)  # None where sys.stdin was replaced by a text stream (an embedding program, a test)
+    binary = getattr(
+        sys.stdin, "buffer", None
+    )  # None where sys.stdin was replaced by a text stream (an embedding program, a test)
     for number, line in enumerate(sys.stdin if binary is None else binary, start=1):
         if isinstance(line, bytes):
             try:
                 line = line.decode("utf-8")
             except UnicodeDecodeError as error:
-                raise ValueError(f"standard input, line {number}: byte {error.object[error.start]:#04x} at position "
-                                 f"{error.start + 1} is not UTF-8 text") from None
+                raise ValueError(
+                    f"standard input, line {number}: byte {error.object[error.start]:#04x} at position "
+                    f"{error.start + 1} is not UTF-8 text"
+                ) from None
         yield line.rstrip("\r\n")
 
 
@@ -271,46 +407,74 @@ def _translate_inputs(args: argparse.Namespace) -> Iterator[list[str]]:
     if args.layer is not None and not args.attention:
         raise UsageError("--layer chooses the layer that --attention draws: give --attention too")
     if args.nbest is not None and args.attention:
-        raise UsageError("--attention draws the best translation of each sentence: leave out --nbest")
+        raise UsageError(
+            "--attention draws the best translation of each sentence: leave out --nbest"
+        )
     if args.nbest is not None and args.nbest > args.beam:
-        raise UsageError(f"--nbest {args.nbest} needs --beam {args.nbest} or more: a beam of {args.beam} ends with at most "
-                         f"{args.beam} translations")
+        raise UsageError(
+            f"--nbest {args.nbest} needs --beam {args.nbest} or more: a beam of {args.beam} ends with at most "
+            f"{args.beam} translations"
+        )
     _check_new_output(args.output)
     empty = [i for i, sentence in enumerate(args.sentences, start=1) if not sentence.strip()]
     if empty:
-        raise UsageError(f"sentence {empty[0]} of the arguments is empty: there is nothing to translate")
+        raise UsageError(
+            f"sentence {empty[0]} of the arguments is empty: there is nothing to translate"
+        )
     if args.attention:
         try:
             args.attention.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as error:  # FileExistsError: it is a file; NotADirectoryError, PermissionError, ...
+        except (
+            OSError
+        ) as error:  # FileExistsError: it is a file; NotADirectoryError, PermissionError, ...
             reason = "it is not a folder" if isinstance(error, FileExistsError) else error.strerror
-            raise OSError(f"cannot use {args.attention.parent} as the folder for --attention: {reason}") from None
+            raise OSError(
+                f"cannot use {args.attention.parent} as the folder for --attention: {reason}"
+            ) from None
     if args.sentences:
         return iter([args.sentences])
     return _chunks(_stdin_lines(), None if args.attention else args.buffer_size)
 
 
-def _output_lines(loaded: Loaded, lines: list[str], start: int, args: argparse.Namespace) -> list[str]:
+def _output_lines(
+    loaded: Loaded, lines: list[str], start: int, args: argparse.Namespace
+) -> list[str]:
     "What translate prints for `lines` (input lines start, start + 1, ...): a translation each, or --nbest's INDEX<TAB>SCORE<TAB>TEXT lines."
     tgt_tok = loaded.tokenizers[1]
     if args.nbest is None:
         return [detokenize(tokens, tgt_tok) for tokens in _translate_lines(loaded, lines, args)]
-    return [f"{start + i}\t{score:.4f}\t{detokenize(tokens, tgt_tok)}"
-            for i, best in enumerate(_scored_lines(loaded, lines, args, args.nbest)) for tokens, score in best]
+    return [
+        f"{start + i}\t{score:.4f}\t{detokenize(tokens, tgt_tok)}"
+        for i, best in enumerate(_scored_lines(loaded, lines, args, args.nbest))
+        for tokens, score in best
+    ]
 
 
-def _print_with_attention(loaded: Loaded, sentences: list[str], layer: int, args: argparse.Namespace, out: TextIO) -> None:
+def _print_with_attention(
+    loaded: Loaded, sentences: list[str], layer: int, args: argparse.Namespace, out: TextIO
+) -> None:
     "Print the translations and save the attention maps of each sentence; every map first: one refused prints nothing."
-    from annotated_transformer.visualization import plot_sentence, sentence_attention  # seaborn loads slowly: only when asked
+    from annotated_transformer.visualization import (
+        plot_sentence,
+        sentence_attention,
+    )  # seaborn loads slowly: only when asked
 
     model, src_vocab, tgt_vocab, (src_tok, tgt_tok), _ = loaded
     translations = _translate_lines(loaded, sentences, args)
-    maps = [sentence_attention(model, s, src_vocab, tgt_vocab, translation=tokens, tokenizer=src_tok) if s.strip() else None
-            for s, tokens in zip(sentences, translations)]
+    maps = [
+        sentence_attention(model, s, src_vocab, tgt_vocab, translation=tokens, tokenizer=src_tok)
+        if s.strip()
+        else None
+        for s, tokens in zip(sentences, translations)
+    ]
     for i, (tokens, found) in enumerate(zip(translations, maps), start=1):
         print(detokenize(tokens, tgt_tok), file=out)
         if found is not None:
-            path = args.attention if len(sentences) == 1 else args.attention.with_stem(f"{args.attention.stem}-{i}")
+            path = (
+                args.attention
+                if len(sentences) == 1
+                else args.attention.with_stem(f"{args.attention.stem}-{i}")
+            )
             plot_sentence(found, layer).savefig(path, dpi=100)
             print(f"attention of layer {layer} saved to {path}", file=sys.stderr)
 
@@ -320,11 +484,17 @@ def _translate(args: argparse.Namespace) -> None:
     first = next(chunks, [])  # read, so checked, before the model loads
     loaded = _load(args)
     layers = len(loaded.model.encoder.layers) if isinstance(loaded.model, EncoderDecoder) else 1
-    if args.layer is not None and not 0 <= args.layer < layers:  # before translating: nothing is printed
-        raise UsageError(f"--layer {args.layer} is out of range: the model has {layers} layers, numbered 0 to {layers - 1}")
+    if (
+        args.layer is not None and not 0 <= args.layer < layers
+    ):  # before translating: nothing is printed
+        raise UsageError(
+            f"--layer {args.layer} is out of range: the model has {layers} layers, numbered 0 to {layers - 1}"
+        )
     layer = layers - 1 if args.layer is None else args.layer
     try:
-        with (open(args.output, "x", encoding="utf-8") if args.output else nullcontext(sys.stdout)) as out:  # "x": never overwrite
+        with (
+            open(args.output, "x", encoding="utf-8") if args.output else nullcontext(sys.stdout)
+        ) as out:  # "x": never overwrite
             if args.attention:  # `first` holds every sentence
                 _print_with_attention(loaded, first, layer, args, out)
                 return
@@ -333,11 +503,17 @@ def _translate(args: argparse.Namespace) -> None:
                 out.writelines(line + "\n" for line in _output_lines(loaded, lines, start, args))
                 out.flush()  # shown now, while the next chunk is read
                 start += len(lines)
-    except BrokenPipeError:  # the reader stopped early (`| head`): stop too, quietly, as other filters do
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python flushes stdout on exiting: not into the closed pipe
+    except (
+        BrokenPipeError
+    ):  # the reader stopped early (`| head`): stop too, quietly, as other filters do
+        os.dup2(
+            os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno()
+        )  # Python flushes stdout on exiting: not into the closed pipe
 
 
-def _checked(convert: Callable[[str], float], accept: Callable[[float], bool], expected: str) -> Callable[[str], float]:
+def _checked(
+    convert: Callable[[str], float], accept: Callable[[float], bool], expected: str
+) -> Callable[[str], float]:
     "An argparse type: `convert` the text, refusing what it cannot read and what `accept` rejects, both with `expected` in the message."
 
     def check(text: str) -> float:
@@ -355,13 +531,17 @@ def _checked(convert: Callable[[str], float], accept: Callable[[float], bool], e
 _positive = _checked(int, lambda n: n >= 1, "a whole number at least 1")
 _seed = _checked(int, lambda n: 0 <= n < 2**32, "a whole number from 0 to 2**32 - 1")
 _alpha = _checked(float, lambda x: math.isfinite(x) and x >= 0, "a finite number at least 0")
-_dropout = _checked(float, lambda x: 0 <= x < 1, "a probability at least 0 and below 1")  # NaN fails both comparisons
+_dropout = _checked(
+    float, lambda x: 0 <= x < 1, "a probability at least 0 and below 1"
+)  # NaN fails both comparisons
 
 
 def _language(text: str) -> str:
     "An argparse type: a language code as Multi30k's file names use it (de, en, fr, cs, ...)."
     if not (text.isascii() and text.isalpha() and text.islower() and 2 <= len(text) <= 3):
-        raise argparse.ArgumentTypeError(f"expected a language code such as de, en or fr, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected a language code such as de, en or fr, got {text!r}"
+        )
     return text
 
 
@@ -370,18 +550,29 @@ def _device(text: str) -> str:
     try:
         device = torch.device(text)
     except RuntimeError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a device: use cpu, cuda, cuda:N or mps") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a device: use cpu, cuda, cuda:N or mps"
+        ) from None
     if device.type == "cpu":
         return text
-    count = {"cuda": torch.cuda.device_count() if torch.cuda.is_available() else 0, "mps": int(torch.backends.mps.is_available())}
+    count = {
+        "cuda": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        "mps": int(torch.backends.mps.is_available()),
+    }
     if device.type not in count:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a device this command runs on: use cpu, cuda, cuda:N or mps")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a device this command runs on: use cpu, cuda, cuda:N or mps"
+        )
     n = count[device.type]
     if n == 0:
-        raise argparse.ArgumentTypeError(f"{text} is not available: this machine has no {device.type} device that PyTorch can use")
+        raise argparse.ArgumentTypeError(
+            f"{text} is not available: this machine has no {device.type} device that PyTorch can use"
+        )
     if device.index is not None and device.index >= n:
-        raise argparse.ArgumentTypeError(f"{text} is not available: this machine has {n} {device.type} device(s), "
-                                         f"{device.type}:0 to {device.type}:{n - 1}")
+        raise argparse.ArgumentTypeError(
+            f"{text} is not available: this machine has {n} {device.type} device(s), "
+            f"{device.type}:0 to {device.type}:{n - 1}"
+        )
     return text
 
 
@@ -415,82 +606,256 @@ EXAMPLES = {  # shown under each command's --help
 
 def parser() -> argparse.ArgumentParser:
     "The argument parser of `annotated-transformer`."
-    p = _Parser(prog="annotated-transformer", description="Train, evaluate and use a Transformer: Multi30k (German->English by default) "
-                "or your own parallel text.", epilog="annotated-transformer COMMAND --help shows a command's flags and examples.")
+    p = _Parser(
+        prog="annotated-transformer",
+        description="Train, evaluate and use a Transformer: Multi30k (German->English by default) "
+        "or your own parallel text.",
+        epilog="annotated-transformer COMMAND --help shows a command's flags and examples.",
+    )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--device", type=_device, help="cpu, cuda, cuda:N or mps (default: train on cuda when available; decode on cpu)")
-    common.add_argument("--debug", action="store_true", help="on an error, show Python's traceback (for a bug report)")
+    common.add_argument(
+        "--device",
+        type=_device,
+        help="cpu, cuda, cuda:N or mps (default: train on cuda when available; decode on cpu)",
+    )
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an error, show Python's traceback (for a bug report)",
+    )
     data = argparse.ArgumentParser(add_help=False)
-    data.add_argument("--data-dir", type=Path, help="folder with the Multi30k .gz files (default: $MULTI30K_DIR, else download)")
-    examples = {name: dict(epilog=text, formatter_class=argparse.RawDescriptionHelpFormatter) for name, text in EXAMPLES.items()}
+    data.add_argument(
+        "--data-dir",
+        type=Path,
+        help="folder with the Multi30k .gz files (default: $MULTI30K_DIR, else download)",
+    )
+    examples = {
+        name: dict(epilog=text, formatter_class=argparse.RawDescriptionHelpFormatter)
+        for name, text in EXAMPLES.items()
+    }
 
-    t = sub.add_parser("train", parents=[common, data], help="train on Multi30k or your own files, a checkpoint per epoch", **examples["train"])
-    t.add_argument("--out", type=Path, required=True, help="folder for checkpoints (last.pt, epochK.pt)")
+    t = sub.add_parser(
+        "train",
+        parents=[common, data],
+        help="train on Multi30k or your own files, a checkpoint per epoch",
+        **examples["train"],
+    )
+    t.add_argument(
+        "--out", type=Path, required=True, help="folder for checkpoints (last.pt, epochK.pt)"
+    )
     t.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
-    t.add_argument("--overwrite", action="store_true", help="replace the run already in OUT (its checkpoints are deleted first)")
-    for flag, what in (("--train-src", "training source"), ("--train-tgt", "training target"), ("--valid-src", "validation source"),
-                       ("--valid-tgt", "validation target")):
-        t.add_argument(flag, type=Path, metavar="FILE", help=f"your own data: the {what} sentences, one a line (plain or .gz)")
-    t.add_argument("--src-lang", type=_language, help="Multi30k's source language (default de; the folder's languages: de, en, fr, ...)")
+    t.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run already in OUT (its checkpoints are deleted first)",
+    )
+    for flag, what in (
+        ("--train-src", "training source"),
+        ("--train-tgt", "training target"),
+        ("--valid-src", "validation source"),
+        ("--valid-tgt", "validation target"),
+    ):
+        t.add_argument(
+            flag,
+            type=Path,
+            metavar="FILE",
+            help=f"your own data: the {what} sentences, one a line (plain or .gz)",
+        )
+    t.add_argument(
+        "--src-lang",
+        type=_language,
+        help="Multi30k's source language (default de; the folder's languages: de, en, fr, ...)",
+    )
     t.add_argument("--tgt-lang", type=_language, help="Multi30k's target language (default en)")
-    t.add_argument("--vocab-size", type=_positive, help=f"subwords: one shared vocabulary of this size, tied embeddings "
-                   f"(default for your own files: {DEFAULT_VOCAB_SIZE}; Multi30k: words unless given)")
-    t.add_argument("--config", type=Path, metavar="FILE", help="a training configuration (.json or .toml: TrainConfig's settings, "
-                   "the model's under 'model'); flags given override it")
-    t.add_argument("--arch", choices=["transformer", *ARCHS], help="the architecture (default transformer; lstm: an attentional LSTM "
-                   "encoder-decoder; lexical: the same with the lexical model; Part 8)")
-    t.add_argument("--model", choices=["multi30k", "small", "tiny", "base", "big"],
-                   help="the Transformer's size (default multi30k: N=3, d_model=256; small: N=2, d_model=128, a few minutes on a CPU; all pre-norm)")
-    t.add_argument("--enc-layers", type=_positive, help="--arch lstm or lexical: bidirectional LSTM layers of the encoder (default 1)")
-    t.add_argument("--dec-layers", type=_positive, help="--arch lstm or lexical: LSTM layers of the decoder (default 1)")
-    t.add_argument("--train-pairs", type=_positive, metavar="N", help="train on N of the training pairs, chosen at random by --seed "
-                   "(default: all)")
-    t.add_argument("--epochs", type=_positive, help=f"total epochs (default {TrainConfig().epochs})")
-    t.add_argument("--max-tokens", type=_positive, help=f"tokens per batch (default {TrainConfig().max_tokens})")
+    t.add_argument(
+        "--vocab-size",
+        type=_positive,
+        help=f"subwords: one shared vocabulary of this size, tied embeddings "
+        f"(default for your own files: {DEFAULT_VOCAB_SIZE}; Multi30k: words unless given)",
+    )
+    t.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="a training configuration (.json or .toml: TrainConfig's settings, "
+        "the model's under 'model'); flags given override it",
+    )
+    t.add_argument(
+        "--arch",
+        choices=["transformer", *ARCHS],
+        help="the architecture (default transformer; lstm: an attentional LSTM "
+        "encoder-decoder; lexical: the same with the lexical model; Part 8)",
+    )
+    t.add_argument(
+        "--model",
+        choices=["multi30k", "small", "tiny", "base", "big"],
+        help="the Transformer's size (default multi30k: N=3, d_model=256; small: N=2, d_model=128, a few minutes on a CPU; all pre-norm)",
+    )
+    t.add_argument(
+        "--enc-layers",
+        type=_positive,
+        help="--arch lstm or lexical: bidirectional LSTM layers of the encoder (default 1)",
+    )
+    t.add_argument(
+        "--dec-layers",
+        type=_positive,
+        help="--arch lstm or lexical: LSTM layers of the decoder (default 1)",
+    )
+    t.add_argument(
+        "--train-pairs",
+        type=_positive,
+        metavar="N",
+        help="train on N of the training pairs, chosen at random by --seed (default: all)",
+    )
+    t.add_argument(
+        "--epochs", type=_positive, help=f"total epochs (default {TrainConfig().epochs})"
+    )
+    t.add_argument(
+        "--max-tokens",
+        type=_positive,
+        help=f"tokens per batch (default {TrainConfig().max_tokens})",
+    )
     t.add_argument("--accum-iter", type=_positive, help="batches per optimizer step (default 1)")
-    t.add_argument("--warmup", type=_positive, help=f"warmup steps (default {TrainConfig().warmup})")
-    t.add_argument("--dropout", type=_dropout, help="dropout rate of the model (default: the model's, 0.1)")
+    t.add_argument(
+        "--warmup", type=_positive, help=f"warmup steps (default {TrainConfig().warmup})"
+    )
+    t.add_argument(
+        "--dropout", type=_dropout, help="dropout rate of the model (default: the model's, 0.1)"
+    )
     t.add_argument("--seed", type=_seed, help="random seed (default 0)")
-    t.add_argument("--precision", choices=list(PRECISIONS), help="mixed precision (default: bf16 on GPUs that support it, else fp32)")
+    t.add_argument(
+        "--precision",
+        choices=list(PRECISIONS),
+        help="mixed precision (default: bf16 on GPUs that support it, else fp32)",
+    )
     t.add_argument("--compile", action="store_true", help="torch.compile the model")
-    t.add_argument("--fused-loss", action="store_true", help="compute the loss from the decoder's outputs in chunks, never all logits at once (same values)")
-    t.add_argument("--backend", choices=["nccl", "gloo"], help="under torchrun: the collective backend (default: nccl on GPUs, gloo on CPUs)")
-    t.add_argument("--tensorboard", action="store_true", help="also write TensorBoard logs to OUT/tensorboard (pip install tensorboard)")
+    t.add_argument(
+        "--fused-loss",
+        action="store_true",
+        help="compute the loss from the decoder's outputs in chunks, never all logits at once (same values)",
+    )
+    t.add_argument(
+        "--backend",
+        choices=["nccl", "gloo"],
+        help="under torchrun: the collective backend (default: nccl on GPUs, gloo on CPUs)",
+    )
+    t.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="also write TensorBoard logs to OUT/tensorboard (pip install tensorboard)",
+    )
     t.add_argument("--quiet", action="store_true", help="no progress bars")
     t.set_defaults(run=_train)
 
     decoding = argparse.ArgumentParser(add_help=False)
-    decoding.add_argument("--checkpoint", type=Path, required=True, help="a checkpoint written by train (e.g. OUT/last.pt)")
-    decoding.add_argument("--beam", type=_positive, default=1, help="beam size (default 1: greedy; the paper uses 4)")
-    decoding.add_argument("--alpha", type=_alpha, default=0.6, help="beam search length penalty (default 0.6, as in the paper)")
-    decoding.add_argument("--average-last", type=_positive, metavar="K", help="average the weights of the checkpoint's last K epochs")
-    decoding.add_argument("--allow-unk", action="store_true", help="let translations contain <unk> (default: the next best word replaces it)")
+    decoding.add_argument(
+        "--checkpoint",
+        type=Path,
+        required=True,
+        help="a checkpoint written by train (e.g. OUT/last.pt)",
+    )
+    decoding.add_argument(
+        "--beam", type=_positive, default=1, help="beam size (default 1: greedy; the paper uses 4)"
+    )
+    decoding.add_argument(
+        "--alpha",
+        type=_alpha,
+        default=0.6,
+        help="beam search length penalty (default 0.6, as in the paper)",
+    )
+    decoding.add_argument(
+        "--average-last",
+        type=_positive,
+        metavar="K",
+        help="average the weights of the checkpoint's last K epochs",
+    )
+    decoding.add_argument(
+        "--allow-unk",
+        action="store_true",
+        help="let translations contain <unk> (default: the next best word replaces it)",
+    )
 
-    e = sub.add_parser("evaluate", parents=[common, data, decoding], help="BLEU of a checkpoint on a Multi30k split or on your own files",
-                       **examples["evaluate"])
-    e.add_argument("--split", choices=["train", "val", "test2016"], help="the Multi30k split (default test2016)")
-    e.add_argument("--src", type=Path, metavar="FILE", help="your own source sentences, one a line (plain or .gz); needs --ref")
-    e.add_argument("--ref", type=Path, metavar="FILE", help="their reference translations, line by line")
-    e.add_argument("--output", type=Path, metavar="FILE", help="write the translations here, one a line (a new file)")
-    e.add_argument("--json", action="store_true", help="print the result as JSON: sacreBLEU's fields and the decoding settings")
+    e = sub.add_parser(
+        "evaluate",
+        parents=[common, data, decoding],
+        help="BLEU of a checkpoint on a Multi30k split or on your own files",
+        **examples["evaluate"],
+    )
+    e.add_argument(
+        "--split",
+        choices=["train", "val", "test2016"],
+        help="the Multi30k split (default test2016)",
+    )
+    e.add_argument(
+        "--src",
+        type=Path,
+        metavar="FILE",
+        help="your own source sentences, one a line (plain or .gz); needs --ref",
+    )
+    e.add_argument(
+        "--ref", type=Path, metavar="FILE", help="their reference translations, line by line"
+    )
+    e.add_argument(
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="write the translations here, one a line (a new file)",
+    )
+    e.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result as JSON: sacreBLEU's fields and the decoding settings",
+    )
     e.add_argument("--quiet", action="store_true", help="no progress bar")
     e.set_defaults(run=_evaluate)
 
-    tr = sub.add_parser("translate", parents=[common, decoding], help="translate sentences (arguments or stdin)", **examples["translate"])
-    tr.add_argument("sentences", nargs="*", help="source sentences; read from standard input if none, one a line")
-    tr.add_argument("--buffer-size", type=_positive, default=100, metavar="N", help="standard input: translate and print every N lines "
-                    "as they arrive, so the command streams (default 100; 1: line by line)")
-    tr.add_argument("--output", type=Path, metavar="FILE", help="write the translations here instead of standard output (a new file)")
-    tr.add_argument("--nbest", type=_positive, metavar="K", help="the K best translations of each sentence (K at most --beam), best "
-                    "first, a line each: INDEX<TAB>SCORE<TAB>TRANSLATION, INDEX the sentence's place in the input counted from 0, "
-                    "SCORE the one the search ranks by, to 4 decimals (beam: log-probability / length penalty; greedy: "
-                    "log-probability); no line for a blank input line")
-    tr.add_argument("--attention", type=Path, metavar="PNG", help="save attention heatmaps of each sentence (OUT-1.png, ... for several): a "
-                    "Transformer's three kinds of attention in one layer, a recurrent model's attention over the source; "
-                    "reads all of standard input before translating")
-    tr.add_argument("--layer", type=int, help="the layer whose attention --attention draws (default: the last)")
+    tr = sub.add_parser(
+        "translate",
+        parents=[common, decoding],
+        help="translate sentences (arguments or stdin)",
+        **examples["translate"],
+    )
+    tr.add_argument(
+        "sentences",
+        nargs="*",
+        help="source sentences; read from standard input if none, one a line",
+    )
+    tr.add_argument(
+        "--buffer-size",
+        type=_positive,
+        default=100,
+        metavar="N",
+        help="standard input: translate and print every N lines "
+        "as they arrive, so the command streams (default 100; 1: line by line)",
+    )
+    tr.add_argument(
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="write the translations here instead of standard output (a new file)",
+    )
+    tr.add_argument(
+        "--nbest",
+        type=_positive,
+        metavar="K",
+        help="the K best translations of each sentence (K at most --beam), best "
+        "first, a line each: INDEX<TAB>SCORE<TAB>TRANSLATION, INDEX the sentence's place in the input counted from 0, "
+        "SCORE the one the search ranks by, to 4 decimals (beam: log-probability / length penalty; greedy: "
+        "log-probability); no line for a blank input line",
+    )
+    tr.add_argument(
+        "--attention",
+        type=Path,
+        metavar="PNG",
+        help="save attention heatmaps of each sentence (OUT-1.png, ... for several): a "
+        "Transformer's three kinds of attention in one layer, a recurrent model's attention over the source; "
+        "reads all of standard input before translating",
+    )
+    tr.add_argument(
+        "--layer", type=int, help="the layer whose attention --attention draws (default: the last)"
+    )
     tr.set_defaults(run=_translate)
     return p
 
@@ -499,7 +864,10 @@ def _one_line_warning(command: str) -> Callable:
     "A `warnings.showwarning` that prints `annotated-transformer COMMAND: warning: ...`, without Python's source line."
 
     def show(message, category, filename, lineno, file=None, line=None) -> None:
-        print(f"annotated-transformer {command}: warning: {' '.join(str(message).splitlines())}", file=sys.stderr)
+        print(
+            f"annotated-transformer {command}: warning: {' '.join(str(message).splitlines())}",
+            file=sys.stderr,
+        )
 
     return show
 
@@ -511,11 +879,19 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():  # restores the default display afterwards
             warnings.showwarning = _one_line_warning(args.command)
             args.run(args)
-    except (UsageError, ValueError, OSError) as error:  # OSError: FileNotFoundError, PermissionError, ConnectionError, ...
+    except (
+        UsageError,
+        ValueError,
+        OSError,
+    ) as error:  # OSError: FileNotFoundError, PermissionError, ConnectionError, ...
         if args.debug:
             raise
-        rank = f" (rank {os.environ['RANK']})" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""  # under torchrun
-        message = " ".join(str(error).splitlines())  # one line, whatever the library's message holds
+        rank = (
+            f" (rank {os.environ['RANK']})" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
+        )  # under torchrun
+        message = " ".join(
+            str(error).splitlines()
+        )  # one line, whatever the library's message holds
         print(f"annotated-transformer {args.command}{rank}: error: {message}", file=sys.stderr)
         return 2 if isinstance(error, UsageError) else 1
     return 0

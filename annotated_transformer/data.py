@@ -84,7 +84,9 @@ def download(url: str, dest: Path, sha256: str, timeout: float = 60.0) -> Path:
                     digest.update(chunk)
                     bar.update(len(chunk))
         if digest.hexdigest() != sha256:
-            raise ValueError(f"{url} is corrupt: its SHA-256 is {digest.hexdigest()}, expected {sha256}; nothing was cached")
+            raise ValueError(
+                f"{url} is corrupt: its SHA-256 is {digest.hexdigest()}, expected {sha256}; nothing was cached"
+            )
         os.replace(tmp, dest)
         return dest
     finally:
@@ -105,7 +107,9 @@ def _stamps() -> dict:
 
 def _remember(path: Path, stat: os.stat_result, sha256: str) -> None:
     "Remember `path`'s SHA-256 for as long as its size and mtime are those of `stat` (taken before hashing)."
-    stamps = {key: entry for key, entry in _stamps().items() if os.path.exists(key)}  # forget files gone
+    stamps = {
+        key: entry for key, entry in _stamps().items() if os.path.exists(key)
+    }  # forget files gone
     stamps[str(path.resolve())] = [stat.st_size, stat.st_mtime_ns, sha256]
     try:
         cache_dir().mkdir(parents=True, exist_ok=True)
@@ -143,12 +147,16 @@ def file_sha256(path: Path) -> str:
 def cached_download(name: str, base_url: str = MULTI30K_URL) -> Path:
     "The cache's copy of Multi30k file `name`, downloaded if missing; a copy that differs from the published file is an error."
     if name not in SHA256:  # nothing to verify a download against
-        raise ValueError(f"no published SHA-256 is known for {name}, so it is not downloaded: fetch {base_url + name} "
-                         f"yourself into a folder and pass --data-dir (data_dir= in Python)")
+        raise ValueError(
+            f"no published SHA-256 is known for {name}, so it is not downloaded: fetch {base_url + name} "
+            f"yourself into a folder and pass --data-dir (data_dir= in Python)"
+        )
     dest = cache_dir() / name
     if dest.is_file():
         if (sha256 := file_sha256(dest)) != SHA256[name]:
-            raise ValueError(f"{dest} is corrupt: its SHA-256 is {sha256}, expected {SHA256[name]}; delete it and it will be downloaded again")
+            raise ValueError(
+                f"{dest} is corrupt: its SHA-256 is {sha256}, expected {SHA256[name]}; delete it and it will be downloaded again"
+            )
         return dest
     try:
         download(base_url + name, dest, SHA256[name])
@@ -181,11 +189,17 @@ def multi30k_paths(
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         found = ", ".join(languages_in(data_dir)) or "none"
-        raise FileNotFoundError(f"Multi30k file(s) missing: {', '.join(missing)} (the folder's languages: {found})")
+        raise FileNotFoundError(
+            f"Multi30k file(s) missing: {', '.join(missing)} (the folder's languages: {found})"
+        )
     for path in paths:
-        if path.name in SHA256 and (sha256 := file_sha256(path)) != SHA256[path.name]:  # a file with no published hash is used as it is
-            warnings.warn(f"Multi30k file differs from the published one: {path} has SHA-256 {sha256}, "
-                          f"the published {path.name} {SHA256[path.name]}; it is used as it is")
+        if (
+            path.name in SHA256 and (sha256 := file_sha256(path)) != SHA256[path.name]
+        ):  # a file with no published hash is used as it is
+            warnings.warn(
+                f"Multi30k file differs from the published one: {path} has SHA-256 {sha256}, "
+                f"the published {path.name} {SHA256[path.name]}; it is used as it is"
+            )
     return paths
 
 # %% ../nbs/04_data.ipynb #5c542d2e
@@ -208,20 +222,32 @@ def read_lines(
                 try:
                     line = raw.decode("utf-8").rstrip("\r\n")
                 except UnicodeDecodeError as error:
-                    raise ValueError(f"{path}:{number}: invalid UTF-8 ({error.reason} at byte {error.start})") from None
+                    raise ValueError(
+                        f"{path}:{number}: invalid UTF-8 ({error.reason} at byte {error.start})"
+                    ) from None
                 if not (allow_empty or line.strip()):
-                    raise ValueError(f"{path}:{number}: empty line; every line must hold a sentence")
+                    raise ValueError(
+                        f"{path}:{number}: empty line; every line must hold a sentence"
+                    )
                 lines.append(line)
-    except (gzip.BadGzipFile, EOFError, zlib.error) as error:  # not gzip, cut off, a failed checksum or damaged data
+    except (
+        gzip.BadGzipFile,
+        EOFError,
+        zlib.error,
+    ) as error:  # not gzip, cut off, a failed checksum or damaged data
         where = f"after line {len(lines)}" if lines else "before the first line"
         raise ValueError(f"{path}: not a valid gzip file: {error} (found {where})") from None
     return lines
 
 
-def _aligned(src_path: Path, src: list[str], tgt_path: Path, tgt: list[str]) -> list[tuple[str, str]]:
+def _aligned(
+    src_path: Path, src: list[str], tgt_path: Path, tgt: list[str]
+) -> list[tuple[str, str]]:
     "The pairs of two files' lines, which must be as many."
     if len(src) != len(tgt):
-        raise ValueError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: the files must be line-aligned translations")
+        raise ValueError(
+            f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: the files must be line-aligned translations"
+        )
     return list(zip(src, tgt))
 
 
@@ -239,7 +265,12 @@ def load_multi30k(
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[tuple[str, str]], int]:
     "The sentence pairs of two line-aligned text files (plain or gzipped) without those with an empty side, and how many those were."
     src_path, tgt_path = Path(src_path), Path(tgt_path)
-    lines = _aligned(src_path, read_lines(src_path, allow_empty=True), tgt_path, read_lines(tgt_path, allow_empty=True))
+    lines = _aligned(
+        src_path,
+        read_lines(src_path, allow_empty=True),
+        tgt_path,
+        read_lines(tgt_path, allow_empty=True),
+    )
     pairs = [(src, tgt) for src, tgt in lines if src.strip() and tgt.strip()]
     return pairs, len(lines) - len(pairs)
 
@@ -251,14 +282,22 @@ def load_tokenizers(langs: Sequence[str] = ("de", "en")) -> tuple:
     try:
         return tuple(spacy.blank(lang).tokenizer for lang in langs)
     except ImportError:
-        raise ValueError(f"spaCy has no tokenizer for one of the languages {list(langs)}: use subwords (Part 4.1) instead") from None
+        raise ValueError(
+            f"spaCy has no tokenizer for one of the languages {list(langs)}: use subwords (Part 4.1) instead"
+        ) from None
 
 
 def tokenize_all(texts: Sequence[str], tokenizer, progress: bool = True) -> list[list[str]]:
     "Token strings of every text: with a spaCy tokenizer (and an optional progress bar), or one that has `tokenize(texts)` (Part 4.1)."
     if hasattr(tokenizer, "tokenize"):  # subwords: fast enough to need no progress bar
         return tokenizer.tokenize(texts)
-    docs = tqdm(tokenizer.pipe(texts, batch_size=1000), total=len(texts), desc="tokenizing", disable=not progress, leave=False)
+    docs = tqdm(
+        tokenizer.pipe(texts, batch_size=1000),
+        total=len(texts),
+        desc="tokenizing",
+        disable=not progress,
+        leave=False,
+    )
     return [[t.text for t in doc] for doc in docs]
 
 # %% ../nbs/04_data.ipynb #9d16dd50
@@ -281,7 +320,10 @@ class Vocab:
     def build(cls, sentences: Iterable[Sequence[str]], min_freq: int = 2) -> Vocab:
         "The vocabulary of the tokens occurring at least `min_freq` times in `sentences`."
         counts = Counter(t for sentence in sentences for t in sentence)
-        kept = sorted((t for t, c in counts.items() if c >= min_freq and t not in SPECIALS), key=lambda t: (-counts[t], t))
+        kept = sorted(
+            (t for t, c in counts.items() if c >= min_freq and t not in SPECIALS),
+            key=lambda t: (-counts[t], t),
+        )
         return cls([*SPECIALS, *kept])
 
     def __len__(self) -> int:
@@ -335,12 +377,21 @@ class EncodedPairs:
         return [max(len(s), len(t)) for s, t in zip(self.src, self.tgt)]
 
 
-def encode_pairs(src_tokens: Sequence[Sequence[str]], tgt_tokens: Sequence[Sequence[str]], src_vocab: Vocab, tgt_vocab: Vocab) -> EncodedPairs:
+def encode_pairs(
+    src_tokens: Sequence[Sequence[str]],
+    tgt_tokens: Sequence[Sequence[str]],
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+) -> EncodedPairs:
     "`<s> ids </s>` tensors for every pair of token lists."
     if len(src_tokens) != len(tgt_tokens):
-        raise ValueError(f"{len(src_tokens)} source sentences but {len(tgt_tokens)} target sentences")
-    return EncodedPairs([torch.tensor(src_vocab.encode_sentence(s)) for s in src_tokens],
-                        [torch.tensor(tgt_vocab.encode_sentence(t)) for t in tgt_tokens])
+        raise ValueError(
+            f"{len(src_tokens)} source sentences but {len(tgt_tokens)} target sentences"
+        )
+    return EncodedPairs(
+        [torch.tensor(src_vocab.encode_sentence(s)) for s in src_tokens],
+        [torch.tensor(tgt_vocab.encode_sentence(t)) for t in tgt_tokens],
+    )
 
 # %% ../nbs/04_data.ipynb #b9f7d85d
 def collate(pairs: list[tuple[Tensor, Tensor]], pad: int) -> Batch:
@@ -360,5 +411,7 @@ def make_loader(
     rank: int = 0,
 ) -> DataLoader:
     "Length-bucketed batches of about `max_tokens` tokens, as `Batch` objects."
-    sampler = TokenBatchSampler(data.lengths(), max_tokens, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
+    sampler = TokenBatchSampler(
+        data.lengths(), max_tokens, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank
+    )
     return DataLoader(data, batch_sampler=sampler, collate_fn=partial(collate, pad=pad))

@@ -14,7 +14,12 @@ from typing import NamedTuple, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from .model import EncoderDecoder, MultiHeadedAttention, attention, subsequent_mask
+from annotated_transformer.model import (
+    EncoderDecoder,
+    MultiHeadedAttention,
+    attention,
+    subsequent_mask,
+)
 
 # %% auto #0
 __all__ = ['Decoder', 'PrefixDecoder', 'CachedDecoder', 'Decodable', 'begin_decoding', 'Hypothesis', 'greedy_search',
@@ -54,11 +59,15 @@ class PrefixDecoder:
         self.memory, self.src_mask, self.ys = self.memory[rows], self.src_mask[rows], self.ys[rows]
 
 # %% ../nbs/03_decoding.ipynb #f9666445
-def _attend(attn: MultiHeadedAttention, x: Tensor, key: Tensor, value: Tensor, mask: Tensor | None) -> Tensor:
+def _attend(
+    attn: MultiHeadedAttention, x: Tensor, key: Tensor, value: Tensor, mask: Tensor | None
+) -> Tensor:
     "`attn` from queries x (B, 1, D) to per-head keys and values (B, h, L, d_k)."
     q = attn.split_heads(attn.w_q(x))  # (B, h, 1, d_k)
     mask = None if mask is None else mask.unsqueeze(1)  # (B, 1, 1, L): the same for every head
-    out, _ = attention(q, key, value, mask)  # (B, h, 1, d_k); for one query this beats SDPA's kernel on a CPU
+    out, _ = attention(
+        q, key, value, mask
+    )  # (B, h, 1, d_k); for one query this beats SDPA's kernel on a CPU
     return attn.w_o(out.transpose(1, 2).flatten(2))  # (B, 1, D)
 
 
@@ -81,19 +90,27 @@ class CachedDecoder:
     def step(self, y: Tensor) -> Tensor:
         "Newest tokens (B,) -> log-probabilities of the next token (B, V)."
         if self.t >= self.model.max_len:
-            raise ValueError(f"position {self.t} is beyond the positional-encoding table (max_len={self.model.max_len})")
+            raise ValueError(
+                f"position {self.t} is beyond the positional-encoding table (max_len={self.model.max_len})"
+            )
         embed, position = self.model.tgt_embed  # Embeddings, PositionalEncoding
-        x = position.dropout(embed(y.unsqueeze(1)) + position.pe[:, self.t : self.t + 1])  # (B, 1, D)
+        x = position.dropout(
+            embed(y.unsqueeze(1)) + position.pe[:, self.t : self.t + 1]
+        )  # (B, 1, D)
         for i, layer in enumerate(self.model.decoder.layers):
             x = layer.sublayer[0](x, lambda x: self._self_attend(i, layer.self_attn, x))
-            x = layer.sublayer[1](x, lambda x: _attend(layer.src_attn, x, self.src_k[i], self.src_v[i], self.src_mask))
+            x = layer.sublayer[1](
+                x, lambda x: _attend(layer.src_attn, x, self.src_k[i], self.src_v[i], self.src_mask)
+            )
             x = layer.sublayer[2](x, layer.feed_forward)
         self.t += 1
         return self.model.generator(self.model.decoder.norm(x)[:, -1])  # (B, V)
 
     def _self_attend(self, i: int, attn: MultiHeadedAttention, x: Tensor) -> Tensor:
         "Append the new position's key and value to layer i's cache, then attend to the whole cache."
-        self.k[i] = torch.cat([self.k[i], attn.split_heads(attn.w_k(x))], dim=2)  # (B, h, t + 1, d_k)
+        self.k[i] = torch.cat(
+            [self.k[i], attn.split_heads(attn.w_k(x))], dim=2
+        )  # (B, h, t + 1, d_k)
         self.v[i] = torch.cat([self.v[i], attn.split_heads(attn.w_v(x))], dim=2)
         return _attend(attn, x, self.k[i], self.v[i], mask=None)
 
@@ -124,15 +141,23 @@ def begin_decoding(
         return (CachedDecoder if cached else PrefixDecoder)(model, memory, src_mask)
     if hasattr(model, "begin_decoding"):
         return model.begin_decoding(src, src_mask)
-    raise TypeError(f"{type(model).__name__} cannot start decoding: it is not an EncoderDecoder and has no method begin_decoding(src, src_mask)")
+    raise TypeError(
+        f"{type(model).__name__} cannot start decoding: it is not an EncoderDecoder and has no method begin_decoding(src, src_mask)"
+    )
 
 # %% ../nbs/03_decoding.ipynb #557110f4
-def _check_decode_args(src: Tensor, src_mask: Tensor, max_len: int | Sequence[int], beam_size: int = 1) -> list[int]:
+def _check_decode_args(
+    src: Tensor, src_mask: Tensor, max_len: int | Sequence[int], beam_size: int = 1
+) -> list[int]:
     "Validate the common arguments; return the per-sentence length limits (B of them)."
     if src.dim() != 2 or src.size(0) == 0 or src.size(1) == 0:
-        raise ValueError(f"src must be a non-empty (batch, length) tensor of ids, got shape {tuple(src.shape)}")
+        raise ValueError(
+            f"src must be a non-empty (batch, length) tensor of ids, got shape {tuple(src.shape)}"
+        )
     if src_mask.shape != (src.size(0), 1, src.size(1)):
-        raise ValueError(f"src_mask must have shape {(src.size(0), 1, src.size(1))}, got {tuple(src_mask.shape)}")
+        raise ValueError(
+            f"src_mask must have shape {(src.size(0), 1, src.size(1))}, got {tuple(src_mask.shape)}"
+        )
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
     limits = [max_len] * src.size(0) if isinstance(max_len, int) else list(max_len)
@@ -159,10 +184,12 @@ def _ban(logp: Tensor, banned: Sequence[int]) -> Tensor:
 
 @torch.no_grad()
 def greedy_search(
-    model: EncoderDecoder | Decodable,  # a Transformer, or any model with begin_decoding(src, src_mask)
+    model: EncoderDecoder
+    | Decodable,  # a Transformer, or any model with begin_decoding(src, src_mask)
     src: Tensor,  # (B, S) source ids
     src_mask: Tensor,  # (B, 1, S); True = a real token
-    max_len: int | Sequence[int],  # longest output, start symbol included; one for all or one per sentence
+    max_len: int
+    | Sequence[int],  # longest output, start symbol included; one for all or one per sentence
     start_symbol: int,
     end_symbol: int,
     cached: bool = True,  # for a Transformer; False: recompute the whole prefix at every step
@@ -192,7 +219,8 @@ def greedy_search(
 
 # %% ../nbs/03_decoding.ipynb #d43b6327
 def length_penalty(
-    length: int | Tensor,  # |Y|, the generated tokens (end symbol included); a tensor of them gives a tensor
+    length: int
+    | Tensor,  # |Y|, the generated tokens (end symbol included); a tensor of them gives a tensor
     alpha: float,  # finite and at least 0; 0 gives 1
 ) -> float | Tensor:
     "GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha; scores are divided by it."
@@ -201,10 +229,14 @@ def length_penalty(
     try:
         return ((5 + length) / 6) ** alpha
     except OverflowError:  # a Python float; a tensor overflows to inf instead
-        raise ValueError(f"alpha={alpha} is too large: the length penalty of {length} tokens overflows a float") from None
+        raise ValueError(
+            f"alpha={alpha} is too large: the length penalty of {length} tokens overflows a float"
+        ) from None
 
 # %% ../nbs/03_decoding.ipynb #4b0aa65b
-_Candidate = tuple[int, int, float]  # a beam extended by one token: (which of the K beams, the token, the new log-probability)
+_Candidate = tuple[
+    int, int, float
+]  # a beam extended by one token: (which of the K beams, the token, the new log-probability)
 
 
 def _top_candidates(
@@ -219,8 +251,12 @@ def _top_candidates(
     top_logp, top = total.topk(min(2 * K, K * V), dim=-1)  # (B', 2K), best first
     beam, token = top // V, top % V
     rank = torch.arange(top.size(1), device=top.device)
-    keep = ((token == end_symbol).long() * top.size(1) + rank).argsort(dim=-1)[:, :K]  # (B', K): not ending, by rank
-    ranked = [list(zip(*row)) for row in zip(beam.tolist(), token.tolist(), top_logp.tolist())]  # (beam, token, logp) tuples
+    keep = ((token == end_symbol).long() * top.size(1) + rank).argsort(dim=-1)[
+        :, :K
+    ]  # (B', K): not ending, by rank
+    ranked = [
+        list(zip(*row)) for row in zip(beam.tolist(), token.tolist(), top_logp.tolist())
+    ]  # (beam, token, logp) tuples
     return [(cands[:K], [cands[c] for c in kept]) for cands, kept in zip(ranked, keep.tolist())]
 
 # %% ../nbs/03_decoding.ipynb #3df28951
@@ -258,10 +294,12 @@ class _SentenceSearch:
 # %% ../nbs/03_decoding.ipynb #a070dfa5
 @torch.no_grad()
 def beam_search(
-    model: EncoderDecoder | Decodable,  # a Transformer, or any model with begin_decoding(src, src_mask)
+    model: EncoderDecoder
+    | Decodable,  # a Transformer, or any model with begin_decoding(src, src_mask)
     src: Tensor,  # (B, S) source ids
     src_mask: Tensor,  # (B, 1, S); True = a real token
-    max_len: int | Sequence[int],  # longest output, start symbol included; one for all or one per sentence
+    max_len: int
+    | Sequence[int],  # longest output, start symbol included; one for all or one per sentence
     start_symbol: int,
     end_symbol: int,
     beam_size: int = 4,  # K; the paper uses 4
@@ -271,15 +309,21 @@ def beam_search(
 ) -> list[list[Hypothesis]]:
     "The best hypotheses for each sentence, `(tokens, log-probability / lp)`, best first (at most `beam_size`)."
     limits = _check_decode_args(src, src_mask, max_len, beam_size)
-    length_penalty(max(limits) - 1, alpha)  # refuses a bad alpha before decoding: lp must exist for the longest output
+    length_penalty(
+        max(limits) - 1, alpha
+    )  # refuses a bad alpha before decoding: lp must exist for the longest output
     K, device = beam_size, src.device
     searches = [_SentenceSearch(K, limit, end_symbol, alpha) for limit in limits]
     for search in searches:
         if search.limit == 1:  # no room after the start symbol
             search.set_aside([], 0.0)
-    alive = [search for search in searches if search.limit > 1]  # the sentences still decoding, K rows each
+    alive = [
+        search for search in searches if search.limit > 1
+    ]  # the sentences still decoding, K rows each
     decoder = begin_decoding(model, src, src_mask, cached)
-    first = torch.tensor([i for i, limit in enumerate(limits) if limit > 1], dtype=torch.long, device=device)
+    first = torch.tensor(
+        [i for i, limit in enumerate(limits) if limit > 1], dtype=torch.long, device=device
+    )
     decoder.select(first.repeat_interleave(K))  # row = sentence * K + beam
     beam_logp = torch.full((len(alive), K), -math.inf, device=device)  # (B', K)
     beam_logp[:, 0] = 0.0  # the K start beams are copies: only one may be extended
@@ -288,10 +332,17 @@ def beam_search(
         candidates = _top_candidates(beam_logp, _ban(decoder.step(y), banned), end_symbol)
         going_on = [search.step(t, best, going) for search, (best, going) in zip(alive, candidates)]
         rows = [j * K + beam for j, beams in enumerate(going_on) for beam, _, _ in beams]
-        alive, going_on = [s for s, beams in zip(alive, going_on) if beams], [beams for beams in going_on if beams]
+        alive, going_on = (
+            [s for s, beams in zip(alive, going_on) if beams],
+            [beams for beams in going_on if beams],
+        )
         if not alive:
             break
         decoder.select(torch.tensor(rows, dtype=torch.long, device=device))
-        beam_logp = torch.tensor([[logp for _, _, logp in beams] for beams in going_on], device=device)  # (B', K)
-        y = torch.tensor([token for beams in going_on for _, token, _ in beams], dtype=torch.long, device=device)  # (B' * K,)
+        beam_logp = torch.tensor(
+            [[logp for _, _, logp in beams] for beams in going_on], device=device
+        )  # (B', K)
+        y = torch.tensor(
+            [token for beams in going_on for _, token, _ in beams], dtype=torch.long, device=device
+        )  # (B' * K,)
     return [search.best() for search in searches]

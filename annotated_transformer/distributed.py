@@ -51,8 +51,10 @@ def setup_distributed(
     local_rank = int(os.environ["LOCAL_RANK"])
     if kind == "cuda":
         if local_rank >= torch.cuda.device_count():
-            raise ValueError(f"process {local_rank} of this machine needs GPU {local_rank}, but the machine has "
-                             f"{torch.cuda.device_count()}: start at most that many processes per machine")
+            raise ValueError(
+                f"process {local_rank} of this machine needs GPU {local_rank}, but the machine has "
+                f"{torch.cuda.device_count()}: start at most that many processes per machine"
+            )
         torch.cuda.set_device(local_rank)
     backend = backend or ("nccl" if kind == "cuda" else "gloo")
     if backend == "nccl" and kind != "cuda":
@@ -80,11 +82,19 @@ def wrap_for_training(
     compile: bool = False,  # torch.compile the (wrapped) model
 ) -> nn.Module:
     "The model as training calls it: inside DistributedDataParallel when several processes train, compiled if asked."
-    wrapped = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None) if world > 1 else model
+    wrapped = (
+        DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+        if world > 1
+        else model
+    )
     return torch.compile(wrapped) if compile else wrapped
 
 # %% ../nbs/06_distributed.ipynb #73a10cfc
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # the autocast dtype of each
+PRECISIONS = {
+    "fp32": None,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}  # the autocast dtype of each
 
 # %% ../nbs/06_distributed.ipynb #272c4b79
 def default_precision(device: torch.device) -> str:
@@ -100,7 +110,11 @@ def make_scaler(
     "float16's gradient scaler, starting max_tokens times below PyTorch's default scale; None for the other precisions."
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    return torch.amp.GradScaler(device.type, init_scale=2.0**16 / max_tokens) if precision == "fp16" else None
+    return (
+        torch.amp.GradScaler(device.type, init_scale=2.0**16 / max_tokens)
+        if precision == "fp16"
+        else None
+    )
 
 # %% ../nbs/06_distributed.ipynb #882dbcdc
 def gather_objects(

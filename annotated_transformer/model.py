@@ -55,7 +55,9 @@ class EncoderDecoder(nn.Module):
     @property
     def max_len(self) -> int:
         "The longest source or target sequence the model takes: the length of its positional-encoding tables."
-        return min(self.src_embed[1].max_len, self.tgt_embed[1].max_len)  # equal in make_model's models
+        return min(
+            self.src_embed[1].max_len, self.tgt_embed[1].max_len
+        )  # equal in make_model's models
 
 
 class Generator(nn.Module):
@@ -146,7 +148,9 @@ class DecoderLayer(nn.Module):
         self.sublayer = clones(SublayerConnection(size, dropout, norm_first), 3)
         self.size = size
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None) -> Tensor:
+    def forward(
+        self, x: Tensor, memory: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None
+    ) -> Tensor:
         "x (B, T, D) attending to itself under `tgt_mask` (B, T, T) and to memory (B, S, D) under `src_mask` (B, 1, S)."
         x = self.sublayer[0](x, lambda x: self.self_attn(x, x, x, tgt_mask)[0])
         x = self.sublayer[1](x, lambda x: self.src_attn(x, memory, memory, src_mask)[0])
@@ -162,7 +166,9 @@ class Decoder(nn.Module):
         norm_first = layer.sublayer[0].norm_first
         self.norm = nn.LayerNorm(layer.size) if norm_first else nn.Identity()
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None) -> Tensor:
+    def forward(
+        self, x: Tensor, memory: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None
+    ) -> Tensor:
         "Embedded target x (B, T, D) attending to memory (B, S, D) -> (B, T, D)."
         for layer in self.layers:
             x = layer(x, memory, src_mask, tgt_mask)
@@ -177,13 +183,17 @@ def subsequent_mask(size: int) -> Tensor:
 def check_mask(mask: Tensor, shape: tuple[int, ...]) -> None:
     "Raise a clear error unless `mask` is boolean and broadcasts to attention scores of `shape`."
     if mask.dtype != torch.bool:
-        raise TypeError(f"attention mask must be a bool tensor (True = may attend), got dtype {mask.dtype}")
+        raise TypeError(
+            f"attention mask must be a bool tensor (True = may attend), got dtype {mask.dtype}"
+        )
     try:
         ok = torch.broadcast_shapes(mask.shape, shape) == torch.Size(shape)
     except RuntimeError:
         ok = False
     if not ok:
-        raise ValueError(f"attention mask of shape {tuple(mask.shape)} cannot broadcast to the scores' shape {tuple(shape)}")
+        raise ValueError(
+            f"attention mask of shape {tuple(mask.shape)} cannot broadcast to the scores' shape {tuple(shape)}"
+        )
 
 
 def attention(
@@ -191,7 +201,8 @@ def attention(
     key: Tensor,  # (..., Lk, d_k)
     value: Tensor,  # (..., Lk, d_v)
     mask: Tensor | None = None,  # bool, broadcasts to (..., Lq, Lk); True = may attend
-    dropout: nn.Dropout | None = None,  # on the attention weights: not in the paper (see MultiHeadedAttention)
+    dropout: nn.Dropout
+    | None = None,  # on the attention weights: not in the paper (see MultiHeadedAttention)
 ) -> tuple[Tensor, Tensor]:
     "Scaled dot-product attention, eq. (1): the output (..., Lq, d_v) and the weights (..., Lq, Lk)."
     d_k = query.size(-1)
@@ -215,11 +226,15 @@ class MultiHeadedAttention(nn.Module):
         if d_model % h:
             raise ValueError(f"d_model={d_model} is not divisible by the number of heads h={h}")
         self.h, self.d_v = h, d_model // h
-        self.d_k = self.d_v if d_k is None else d_k  # d_k = d_v = d_model / h, as in the paper, unless Table 3 (B) narrows the keys
+        self.d_k = (
+            self.d_v if d_k is None else d_k
+        )  # d_k = d_v = d_model / h, as in the paper, unless Table 3 (B) narrows the keys
         self.w_q, self.w_k, self.w_v, self.w_o = clones(nn.Linear(d_model, d_model), 4)
         if self.d_k != self.d_v:  # queries and keys of h * d_k features
             self.w_q, self.w_k = clones(nn.Linear(d_model, h * self.d_k), 2)
-        self.dropout = nn.Dropout(dropout)  # on the attention weights: a departure, §5.4 drops only sub-layer outputs and embedding sums
+        self.dropout = nn.Dropout(
+            dropout
+        )  # on the attention weights: a departure, §5.4 drops only sub-layer outputs and embedding sums
 
     def split_heads(self, x: Tensor) -> Tensor:
         "(B, L, h * d) -> (B, h, L, d), d being d_k for queries and keys, d_v for values."
@@ -239,13 +254,19 @@ class MultiHeadedAttention(nn.Module):
         if mask is not None:
             check_mask(mask, (B, Lq, key.size(1)))
             mask = mask.unsqueeze(1)  # (B, 1, Lq, Lk): the same mask for every head
-        q, k, v = self.split_heads(self.w_q(query)), self.split_heads(self.w_k(key)), self.split_heads(self.w_v(value))
+        q, k, v = (
+            self.split_heads(self.w_q(query)),
+            self.split_heads(self.w_k(key)),
+            self.split_heads(self.w_v(value)),
+        )
         if need_weights:
             x, weights = attention(q, k, v, mask, self.dropout)  # (B, h, Lq, d_v), (B, h, Lq, Lk)
         else:
             p = self.dropout.p if self.training else 0.0
             x, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p), None
-        x = x.transpose(1, 2).reshape(B, Lq, self.h * self.d_v)  # Concat(head_1..head_h): (B, Lq, D)
+        x = x.transpose(1, 2).reshape(
+            B, Lq, self.h * self.d_v
+        )  # Concat(head_1..head_h): (B, Lq, D)
         return self.w_o(x), weights
 
 # %% ../nbs/01_model.ipynb #ef74d798
@@ -255,7 +276,9 @@ class PositionwiseFeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1):
         super().__init__()
         self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)  # on the hidden activations: a departure, the paper does not mention it
+        self.dropout = nn.Dropout(
+            dropout
+        )  # on the hidden activations: a departure, the paper does not mention it
 
     def forward(self, x: Tensor) -> Tensor:
         "(B, L, D) -> (B, L, D) through a hidden layer of size d_ff."
@@ -296,7 +319,9 @@ class PositionalEncoding(nn.Module):
             self.pe = nn.Parameter(torch.zeros(1, max_len, d_model))  # (1, max_len, D)
             return
         pos = torch.arange(max_len).unsqueeze(1)  # (max_len, 1)
-        inv_freq = torch.exp(torch.arange(0, d_model, 2) * -(math.log(10000.0) / d_model))  # 1/10000^(2i/D): (D/2,)
+        inv_freq = torch.exp(
+            torch.arange(0, d_model, 2) * -(math.log(10000.0) / d_model)
+        )  # 1/10000^(2i/D): (D/2,)
         pe = torch.zeros(max_len, d_model)
         pe[:, 0::2] = torch.sin(pos * inv_freq)  # (max_len, D/2)
         pe[:, 1::2] = torch.cos(pos * inv_freq)[:, : d_model // 2]
@@ -310,7 +335,9 @@ class PositionalEncoding(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         "Embeddings (B, L, D) plus the encodings of positions 0..L-1."
         if x.size(1) > self.max_len:
-            raise ValueError(f"sequence of length {x.size(1)} is longer than the positional-encoding table (max_len={self.max_len})")
+            raise ValueError(
+                f"sequence of length {x.size(1)} is longer than the positional-encoding table (max_len={self.max_len})"
+            )
         return self.dropout(x + self.pe[:, : x.size(1)])
 
 # %% ../nbs/01_model.ipynb #5c8994f8
@@ -339,7 +366,9 @@ def check_hyperparameters(
     if not 0.0 <= dropout < 1.0:  # the comparison is False for nan, so nan is refused too
         raise ValueError(f"dropout must be in [0, 1), got dropout={dropout!r}")
     if positions not in ("sinusoidal", "learned"):
-        raise ValueError(f"positions must be 'sinusoidal' or 'learned', got positions={positions!r}")
+        raise ValueError(
+            f"positions must be 'sinusoidal' or 'learned', got positions={positions!r}"
+        )
 
 # %% ../nbs/01_model.ipynb #2c696bdf
 def make_model(
@@ -357,9 +386,22 @@ def make_model(
     positions: str = "sinusoidal",  # or "learned" (Table 3 E)
 ) -> EncoderDecoder:
     "Build the Transformer of §3 with Xavier-initialized weights."
-    check_hyperparameters(N, d_model, d_ff, h, dropout, max_len, d_k, positions, src_vocab=src_vocab, tgt_vocab=tgt_vocab)
+    check_hyperparameters(
+        N,
+        d_model,
+        d_ff,
+        h,
+        dropout,
+        max_len,
+        d_k,
+        positions,
+        src_vocab=src_vocab,
+        tgt_vocab=tgt_vocab,
+    )
     if share_embeddings and src_vocab != tgt_vocab:
-        raise ValueError(f"share_embeddings needs one shared vocabulary, got src_vocab={src_vocab} and tgt_vocab={tgt_vocab}")
+        raise ValueError(
+            f"share_embeddings needs one shared vocabulary, got src_vocab={src_vocab} and tgt_vocab={tgt_vocab}"
+        )
     c = copy.deepcopy
     attn = MultiHeadedAttention(h, d_model, dropout, d_k)
     ff = PositionwiseFeedForward(d_model, d_ff, dropout)
@@ -399,7 +441,16 @@ class ModelConfig:
 
     def __post_init__(self):
         "Refuse a nonsensical configuration when it is made (on the command line, from a checkpoint)."
-        check_hyperparameters(self.N, self.d_model, self.d_ff, self.h, self.dropout, self.max_len, self.d_k, self.positions)
+        check_hyperparameters(
+            self.N,
+            self.d_model,
+            self.d_ff,
+            self.h,
+            self.dropout,
+            self.max_len,
+            self.d_k,
+            self.positions,
+        )
 
     @staticmethod
     def preset(name: str) -> ModelConfig:
@@ -413,12 +464,14 @@ class ModelConfig:
         return make_model(src_vocab, tgt_vocab, **asdict(self))
 
 
-PRESETS = MappingProxyType({
-    "base": ModelConfig(),
-    "big": ModelConfig(d_model=1024, d_ff=4096, h=16, dropout=0.3),
-    "small": ModelConfig(N=2, d_model=128, d_ff=512, h=4),
-    "tiny": ModelConfig(N=2, d_model=64, d_ff=256, h=4),
-})
+PRESETS = MappingProxyType(
+    {
+        "base": ModelConfig(),
+        "big": ModelConfig(d_model=1024, d_ff=4096, h=16, dropout=0.3),
+        "small": ModelConfig(N=2, d_model=128, d_ff=512, h=4),
+        "tiny": ModelConfig(N=2, d_model=64, d_ff=256, h=4),
+    }
+)
 
 # %% ../nbs/01_model.ipynb #0bb02c59
 def count_parameters(model: nn.Module) -> int:

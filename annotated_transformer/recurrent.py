@@ -55,18 +55,28 @@ class RecurrentConfig:
     d_hidden: int = 256  # the decoder's state; each encoder direction has half
     dropout: float = 0.2
     max_len: int = 5000  # the longest output decoding may produce
-    share_embeddings: bool = False  # one embedding table for source and target (one shared vocabulary)
+    share_embeddings: bool = (
+        False  # one embedding table for source and target (one shared vocabulary)
+    )
 
     def __post_init__(self):
         if self.arch not in ARCHS:
-            raise ValueError(f"unknown recurrent architecture {self.arch!r}; choose one of {', '.join(ARCHS)}")
+            raise ValueError(
+                f"unknown recurrent architecture {self.arch!r}; choose one of {', '.join(ARCHS)}"
+            )
         for name in ("enc_layers", "dec_layers", "d_emb", "d_hidden", "max_len"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {name}={value!r}")
         if self.d_hidden % 2:
-            raise ValueError(f"d_hidden={self.d_hidden} must be even: the encoder's two directions have half each")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, numbers.Real) or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(
+                f"d_hidden={self.d_hidden} must be even: the encoder's two directions have half each"
+            )
+        if (
+            isinstance(self.dropout, bool)
+            or not isinstance(self.dropout, numbers.Real)
+            or not 0.0 <= self.dropout < 1.0
+        ):
             raise ValueError(f"dropout must be in [0, 1), got dropout={self.dropout!r}")
 
     @property
@@ -105,7 +115,9 @@ class RecurrentState:
     def select(self, rows: Tensor) -> RecurrentState:
         "These rows (B',), in this order."
         h, c = self.hc
-        return RecurrentState((h[:, rows], c[:, rows]), *(getattr(self, f.name)[rows] for f in fields(self)[1:]))
+        return RecurrentState(
+            (h[:, rows], c[:, rows]), *(getattr(self, f.name)[rows] for f in fields(self)[1:])
+        )
 
 # %% ../nbs/08_recurrent.ipynb #388ac294
 class RecurrentEncoderDecoder(nn.Module):
@@ -115,17 +127,38 @@ class RecurrentEncoderDecoder(nn.Module):
         super().__init__()
         c = self.config = config
         if c.share_embeddings and src_vocab != tgt_vocab:
-            raise ValueError(f"share_embeddings needs one shared vocabulary, got src_vocab={src_vocab} and tgt_vocab={tgt_vocab}")
+            raise ValueError(
+                f"share_embeddings needs one shared vocabulary, got src_vocab={src_vocab} and tgt_vocab={tgt_vocab}"
+            )
         self.src_embed = nn.Embedding(src_vocab, c.d_emb)
         self.tgt_embed = self.src_embed if c.share_embeddings else nn.Embedding(tgt_vocab, c.d_emb)
-        between = lambda layers: c.dropout if layers > 1 else 0.0  # LSTM dropout acts between its layers
-        self.encoder = nn.LSTM(c.d_emb, c.d_hidden // 2, c.enc_layers, batch_first=True, bidirectional=True, dropout=between(c.enc_layers))
-        self.decoder = nn.LSTM(c.d_emb + c.d_hidden, c.d_hidden, c.dec_layers, batch_first=True, dropout=between(c.dec_layers))
+        between = lambda layers: (
+            c.dropout if layers > 1 else 0.0
+        )  # LSTM dropout acts between its layers
+        self.encoder = nn.LSTM(
+            c.d_emb,
+            c.d_hidden // 2,
+            c.enc_layers,
+            batch_first=True,
+            bidirectional=True,
+            dropout=between(c.enc_layers),
+        )
+        self.decoder = nn.LSTM(
+            c.d_emb + c.d_hidden,
+            c.d_hidden,
+            c.dec_layers,
+            batch_first=True,
+            dropout=between(c.dec_layers),
+        )
         self.attention = BilinearAttention(c.d_hidden)
         self.combine = nn.Linear(2 * c.d_hidden, c.d_hidden, bias=False)  # W_c
-        self.lexical = nn.Linear(c.d_emb, c.d_emb, bias=False) if c.arch == "lexical" else None  # W of h^l
+        self.lexical = (
+            nn.Linear(c.d_emb, c.d_emb, bias=False) if c.arch == "lexical" else None
+        )  # W of h^l
         self.dropout = nn.Dropout(c.dropout)
-        self.generator = Generator(c.d_hidden + (c.d_emb if self.lexical else 0), tgt_vocab)  # W_s (and W_l)
+        self.generator = Generator(
+            c.d_hidden + (c.d_emb if self.lexical else 0), tgt_vocab
+        )  # W_s (and W_l)
         for p in self.parameters():
             nn.init.uniform_(p, -0.1, 0.1)  # as Luong et al. initialize
 
@@ -138,15 +171,23 @@ class RecurrentEncoderDecoder(nn.Module):
         "Encode sources (B, S) and return the decoder's state before its first step."
         f = self.src_embed(src)  # (B, S, E): the embeddings f_s
         lengths = src_mask.squeeze(1).sum(-1).cpu()  # (B,)
-        packed = pack_padded_sequence(self.dropout(f), lengths, batch_first=True, enforce_sorted=False)
-        memory, _ = pad_packed_sequence(self.encoder(packed)[0], batch_first=True, total_length=src.size(1))  # (B, S, H)
+        packed = pack_padded_sequence(
+            self.dropout(f), lengths, batch_first=True, enforce_sorted=False
+        )
+        memory, _ = pad_packed_sequence(
+            self.encoder(packed)[0], batch_first=True, total_length=src.size(1)
+        )  # (B, S, H)
         layers, B, H = self.config.dec_layers, src.size(0), self.config.d_hidden
         zeros = memory.new_zeros(layers, B, H)
-        return RecurrentState((zeros, zeros), memory.new_zeros(B, H), memory, self.attention.keys(memory), f, src_mask)
+        return RecurrentState(
+            (zeros, zeros), memory.new_zeros(B, H), memory, self.attention.keys(memory), f, src_mask
+        )
 
     def step(self, state: RecurrentState, y: Tensor) -> tuple[Tensor, Tensor]:
         "One target word y (B,) in: the features for the generator (B, H or H + E) and the attention weights (B, S)."
-        x = torch.cat([self.dropout(self.tgt_embed(y)), state.feed], dim=-1).unsqueeze(1)  # (B, 1, E + H): input feeding
+        x = torch.cat([self.dropout(self.tgt_embed(y)), state.feed], dim=-1).unsqueeze(
+            1
+        )  # (B, 1, E + H): input feeding
         out, state.hc = self.decoder(x, state.hc)
         h_t = out.squeeze(1)  # (B, H)
         a_t = self.attention(h_t, state.keys, state.src_mask)  # (B, S)
@@ -154,7 +195,9 @@ class RecurrentEncoderDecoder(nn.Module):
         state.feed = torch.tanh(self.combine(torch.cat([c_t, h_t], dim=-1)))  # h~_t (B, H)
         features = self.dropout(state.feed)
         if self.lexical is not None:
-            f_t = torch.bmm(a_t.unsqueeze(1), state.src_emb).squeeze(1)  # (B, E): the lexical context f^l_t
+            f_t = torch.bmm(a_t.unsqueeze(1), state.src_emb).squeeze(
+                1
+            )  # (B, E): the lexical context f^l_t
             h_lex = torch.tanh(self.lexical(f_t)) + f_t  # (B, E)
             features = torch.cat([features, self.dropout(h_lex)], dim=-1)  # (B, H + E)
         return features, a_t
@@ -165,7 +208,9 @@ class RecurrentEncoderDecoder(nn.Module):
         steps = [self.step(state, tgt[:, t]) for t in range(tgt.size(1))]
         return torch.stack([f for f, _ in steps], dim=1), torch.stack([a for _, a in steps], dim=1)
 
-    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor, tgt_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, src: Tensor, tgt: Tensor, src_mask: Tensor, tgt_mask: Tensor | None = None
+    ) -> Tensor:
         "What run_epoch calls, as it calls the Transformer: features (B, T, D_out). tgt_mask is not needed: a recurrence never looks ahead."
         return self.run(src, tgt, src_mask)[0]
 

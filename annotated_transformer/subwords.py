@@ -67,7 +67,9 @@ def learn_bpe(
     merges = []
     for _ in range(num_merges):
         pairs = pair_counts(words)
-        best = max(pairs, key=lambda pair: (pairs[pair], pair), default=None)  # a tie goes to the greatest pair
+        best = max(
+            pairs, key=lambda pair: (pairs[pair], pair), default=None
+        )  # a tie goes to the greatest pair
         if best is None or pairs[best] < min_frequency:
             break
         merges.append(best)
@@ -109,8 +111,14 @@ SENTENCEPIECE_OPTIONS = dict(
     character_coverage=1.0,  # every character of the training text gets a piece (the default drops the rarest)
     byte_fallback=True,  # a character never seen in training becomes the pieces of its UTF-8 bytes: no <unk>
     # Part 4's special tokens, with Vocab's ids: the model's ids are the shared vocabulary's, and `vocab_size` counts them
-    bos_id=0, bos_piece="<s>", eos_id=1, eos_piece="</s>", pad_id=2, pad_piece="<blank>",
-    unk_id=3, unk_piece="<unk>",  # sentencepiece requires an unknown piece; with byte fallback it is never produced
+    bos_id=0,
+    bos_piece="<s>",
+    eos_id=1,
+    eos_piece="</s>",
+    pad_id=2,
+    pad_piece="<blank>",
+    unk_id=3,
+    unk_piece="<unk>",  # sentencepiece requires an unknown piece; with byte fallback it is never produced
     minloglevel=2,  # errors only: no training log on the console
 )
 
@@ -118,24 +126,38 @@ SENTENCEPIECE_OPTIONS = dict(
 def _training_error(error: RuntimeError, vocab_size: int) -> Exception:
     "Sentencepiece's training error as a one-line ValueError where it is about the input; any other as it is."
     message = str(error)
-    if match := re.search(r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)", message):
-        return ValueError(f"vocab_size={vocab_size} is too large for these texts: they support at most {match[1]}")
-    if match := re.search(r"Vocabulary size is smaller than required_chars\. \d+ vs (\d+)", message):
-        return ValueError(f"vocab_size={vocab_size} is too small for these texts: their characters, the 256 byte "
-                          f"pieces and the four special tokens need at least {match[1]}")
+    if match := re.search(
+        r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)", message
+    ):
+        return ValueError(
+            f"vocab_size={vocab_size} is too large for these texts: they support at most {match[1]}"
+        )
+    if match := re.search(
+        r"Vocabulary size is smaller than required_chars\. \d+ vs (\d+)", message
+    ):
+        return ValueError(
+            f"vocab_size={vocab_size} is too small for these texts: their characters, the 256 byte "
+            f"pieces and the four special tokens need at least {match[1]}"
+        )
     if "sentences_.empty()" in message:
         return ValueError("no text to train a subword model on: the texts are empty")
     return error
 
 # %% ../nbs/04a_subwords.ipynb #dca60c93
 SPACE_MARK = "▁"  # how sentencepiece writes a space inside a piece (U+2581)
-LITERAL_MARK = tuple(f"<0x{byte:02X}>" for byte in SPACE_MARK.encode())  # a ▁ that was in the text: its byte pieces
+LITERAL_MARK = tuple(
+    f"<0x{byte:02X}>" for byte in SPACE_MARK.encode()
+)  # a ▁ that was in the text: its byte pieces
 
 # %% ../nbs/04a_subwords.ipynb #316115f8
-def _encode_lossless(processor: spm.SentencePieceProcessor, texts: Sequence[str]) -> list[list[str]]:
+def _encode_lossless(
+    processor: spm.SentencePieceProcessor, texts: Sequence[str]
+) -> list[list[str]]:
     "The pieces of each text, a literal ▁ as its byte pieces."
     parts = [text.split(SPACE_MARK) for text in texts]
-    encoded = iter(processor.encode([part for text_parts in parts for part in text_parts], out_type=str))
+    encoded = iter(
+        processor.encode([part for text_parts in parts for part in text_parts], out_type=str)
+    )
     pieces = []
     for text_parts in parts:
         text_pieces = next(encoded)
@@ -166,7 +188,9 @@ class SubwordTokenizer:
             if self.processor.get_piece_size() == 0:  # b"" parses, as a model without pieces
                 raise RuntimeError
         except RuntimeError:
-            raise ValueError(f"these {len(self.model)} bytes are not a sentencepiece model") from None
+            raise ValueError(
+                f"these {len(self.model)} bytes are not a sentencepiece model"
+            ) from None
 
     @classmethod
     def train(
@@ -179,8 +203,12 @@ class SubwordTokenizer:
             raise TypeError("train takes a list of texts, not one text")
         model = io.BytesIO()
         try:
-            spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_writer=model, vocab_size=vocab_size,
-                                           **SENTENCEPIECE_OPTIONS)
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(texts),
+                model_writer=model,
+                vocab_size=vocab_size,
+                **SENTENCEPIECE_OPTIONS,
+            )
         except RuntimeError as error:
             raise _training_error(error, vocab_size) from None
         return cls(model.getvalue())
@@ -188,7 +216,9 @@ class SubwordTokenizer:
     def tokenize(self, texts: Sequence[str]) -> list[list[str]]:
         "The pieces of each text."
         if isinstance(texts, str):
-            raise TypeError("tokenize takes a list of texts, not one text: tokenize([text])[0] for its pieces")
+            raise TypeError(
+                "tokenize takes a list of texts, not one text: tokenize([text])[0] for its pieces"
+            )
         return _encode_lossless(self.processor, texts)
 
     def detokenize(self, pieces: Sequence[str]) -> str:
@@ -198,11 +228,19 @@ class SubwordTokenizer:
     def pieces(self) -> list[str]:
         "Every piece in id order, without sentencepiece's own control and unknown pieces."
         p = self.processor
-        return [p.id_to_piece(i) for i in range(p.get_piece_size()) if not (p.is_control(i) or p.is_unknown(i))]
+        return [
+            p.id_to_piece(i)
+            for i in range(p.get_piece_size())
+            if not (p.is_control(i) or p.is_unknown(i))
+        ]
 
     def state_dict(self) -> dict:
         "What a checkpoint stores: the model's bytes and their SHA-256, plain data that `torch.load(weights_only=True)` reads."
-        return {"type": "sentencepiece", "model": self.model, "sha256": hashlib.sha256(self.model).hexdigest()}
+        return {
+            "type": "sentencepiece",
+            "model": self.model,
+            "sha256": hashlib.sha256(self.model).hexdigest(),
+        }
 
     @classmethod
     def from_state_dict(
@@ -213,11 +251,15 @@ class SubwordTokenizer:
         "The tokenizer `state_dict` stored, checked against its SHA-256."
         kind = state.get("type") if isinstance(state, dict) else type(state).__name__
         if kind != "sentencepiece":
-            raise ValueError(f"{source} has a subword model of unknown type {kind!r}; this version reads 'sentencepiece'")
+            raise ValueError(
+                f"{source} has a subword model of unknown type {kind!r}; this version reads 'sentencepiece'"
+            )
         if not isinstance(state.get("model"), bytes):
             raise ValueError(f"{source} has no sentencepiece model: no bytes under 'model'")
         if hashlib.sha256(state["model"]).hexdigest() != state.get("sha256"):
-            raise ValueError(f"{source}: its sentencepiece model does not match its SHA-256; it is damaged or was changed")
+            raise ValueError(
+                f"{source}: its sentencepiece model does not match its SHA-256; it is damaged or was changed"
+            )
         return cls(state["model"])
 
 # %% ../nbs/04a_subwords.ipynb #b6d3019a

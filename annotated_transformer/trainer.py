@@ -24,14 +24,42 @@ import torch
 import torch.distributed as dist
 from filelock import FileLock, Timeout
 
-from .checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state, tokenizers_from_checkpoint
-from .data import (EncodedPairs, Vocab, encode_pairs, file_sha256, load_multi30k, load_tokenizers, make_loader,
-                                        read_parallel, tokenize_all)
-from .distributed import PRECISIONS, gather_objects, make_scaler, rank_and_world, wrap_for_training
+from annotated_transformer.checkpoint import (
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+    tokenizers_from_checkpoint,
+)
+from annotated_transformer.data import (
+    EncodedPairs,
+    Vocab,
+    encode_pairs,
+    file_sha256,
+    load_multi30k,
+    load_tokenizers,
+    make_loader,
+    read_parallel,
+    tokenize_all,
+)
+from annotated_transformer.distributed import (
+    PRECISIONS,
+    gather_objects,
+    make_scaler,
+    rank_and_world,
+    wrap_for_training,
+)
 from .model import EncoderDecoder, ModelConfig, count_parameters
 from .recurrent import RecurrentConfig, arch_of, model_config
 from .subwords import SubwordTokenizer, shared_vocab
-from .training import Batch, FusedLabelSmoothing, LabelSmoothing, TrainState, noam_optimizer, run_epoch
+from annotated_transformer.training import (
+    Batch,
+    FusedLabelSmoothing,
+    LabelSmoothing,
+    TrainState,
+    noam_optimizer,
+    run_epoch,
+)
 from .translation import bleu, translate
 
 # %% auto #0
@@ -44,7 +72,11 @@ __all__ = ['VAL_EXTRA', 'TrainConfig', 'existing_run', 'claim_run_folder', 'resu
 class TrainConfig:
     "Everything a training run needs besides the data; stored in every checkpoint."
 
-    model: ModelConfig | RecurrentConfig = field(default_factory=lambda: ModelConfig(N=3, d_model=256, d_ff=1024, h=8, dropout=0.1, norm_first=True))
+    model: ModelConfig | RecurrentConfig = field(
+        default_factory=lambda: ModelConfig(
+            N=3, d_model=256, d_ff=1024, h=8, dropout=0.1, norm_first=True
+        )
+    )
     epochs: int = 20
     max_tokens: int = 4096  # padded tokens per batch (longer side)
     accum_iter: int = 1  # batches per optimizer step
@@ -55,8 +87,12 @@ class TrainConfig:
     seed: int = 0
     src_lang: str = "de"  # Multi30k's language codes (and spaCy's, for words)
     tgt_lang: str = "en"
-    vocab_size: int | None = None  # subwords: one shared vocabulary of this size (§5.1); None: words, one vocabulary per language
-    train_pairs: int | None = None  # train on a random subset of this many training pairs (chosen by `seed`); None: all
+    vocab_size: int | None = (
+        None  # subwords: one shared vocabulary of this size (§5.1); None: words, one vocabulary per language
+    )
+    train_pairs: int | None = (
+        None  # train on a random subset of this many training pairs (chosen by `seed`); None: all
+    )
 
     def __post_init__(self):
         for name in ("epochs", "max_tokens", "accum_iter", "warmup"):
@@ -68,7 +104,9 @@ class TrainConfig:
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.model.share_embeddings and self.vocab_size is None:
-            raise ValueError("share_embeddings needs one vocabulary for both languages: set vocab_size (subwords)")
+            raise ValueError(
+                "share_embeddings needs one vocabulary for both languages: set vocab_size (subwords)"
+            )
 
     def to_dict(self) -> dict:
         "Plain data, for checkpoints."
@@ -82,7 +120,11 @@ class TrainConfig:
 # %% ../nbs/05_multi30k.ipynb #4f824321
 def existing_run(out_dir: Path) -> list[str]:
     "The files of a run in `out_dir`: its checkpoints and its history."
-    return sorted(p.name for pattern in ("last.pt", "epoch*.pt", "history.json") for p in out_dir.glob(pattern))
+    return sorted(
+        p.name
+        for pattern in ("last.pt", "epoch*.pt", "history.json")
+        for p in out_dir.glob(pattern)
+    )
 
 
 @contextmanager
@@ -93,22 +135,32 @@ def claim_run_folder(
 ) -> Iterator[None]:
     "Be the only writer of `out_dir` while the block runs, after checking what the folder holds."
     if resume and overwrite:
-        raise ValueError("--resume continues the run in the folder and --overwrite replaces it: give one of them")
+        raise ValueError(
+            "--resume continues the run in the folder and --overwrite replaces it: give one of them"
+        )
     lock, holder = FileLock(out_dir / ".lock", timeout=0), out_dir / ".writer"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         lock.acquire()
     except Timeout:
         who = holder.read_text().strip() if holder.is_file() else "another process"
-        raise ValueError(f"{out_dir} is in use by another training run ({who}): wait for it to end or choose another --out") from None
+        raise ValueError(
+            f"{out_dir} is in use by another training run ({who}): wait for it to end or choose another --out"
+        ) from None
     except OSError as error:  # a file where a folder should be, no permission
-        raise ValueError(f"cannot use {out_dir} as the output folder: {error.strerror or error}") from None
+        raise ValueError(
+            f"cannot use {out_dir} as the output folder: {error.strerror or error}"
+        ) from None
     try:
-        holder.write_text(f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        holder.write_text(
+            f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
+        )
         previous = existing_run(out_dir)
         if previous and not (resume or overwrite):
-            raise ValueError(f"{out_dir} already holds a training run ({', '.join(previous)}): "
-                             f"pass --resume to continue it or --overwrite to replace it")
+            raise ValueError(
+                f"{out_dir} already holds a training run ({', '.join(previous)}): "
+                f"pass --resume to continue it or --overwrite to replace it"
+            )
         for name in previous if overwrite else []:
             (out_dir / name).unlink()
         yield
@@ -119,53 +171,80 @@ def claim_run_folder(
 # %% ../nbs/05_multi30k.ipynb #6599756d
 def _flat(config: dict) -> dict:
     "A configuration's settings, the model's ones prefixed with 'model.'."
-    return {**{k: v for k, v in config.items() if k != "model"}, **{f"model.{k}": v for k, v in config["model"].items()}}
+    return {
+        **{k: v for k, v in config.items() if k != "model"},
+        **{f"model.{k}": v for k, v in config["model"].items()},
+    }
 
 
 def resumed_config(ckpt: dict, config: TrainConfig | None, path: Path) -> TrainConfig:
     "The stored configuration of a run being resumed, with `config`'s epochs; other differences are errors."
     stored = TrainConfig.from_dict(ckpt["config"])
     if config is not None and arch_of(config.model) != arch_of(stored.model):
-        raise ValueError(f"--resume: {path} holds a {arch_of(stored.model)} model, not a {arch_of(config.model)} one")
+        raise ValueError(
+            f"--resume: {path} holds a {arch_of(stored.model)} model, not a {arch_of(config.model)} one"
+        )
     if config is not None and replace(config, epochs=stored.epochs) != stored:
         given, kept = _flat(config.to_dict()), _flat(stored.to_dict())
-        differences = [f"{k}={given[k]!r} (the run has {kept[k]!r})" for k in given if k != "epochs" and given[k] != kept[k]]
-        raise ValueError(f"--resume with another configuration than {path} was trained with: {', '.join(differences)}")
+        differences = [
+            f"{k}={given[k]!r} (the run has {kept[k]!r})"
+            for k in given
+            if k != "epochs" and given[k] != kept[k]
+        ]
+        raise ValueError(
+            f"--resume with another configuration than {path} was trained with: {', '.join(differences)}"
+        )
     return replace(stored, epochs=config.epochs if config is not None else stored.epochs)
 
 # %% ../nbs/05_multi30k.ipynb #df9c7315
 def load_pairs(
     config: TrainConfig,
     data_dir: str | Path | None,  # the Multi30k folder; $MULTI30K_DIR or a download if None
-    files: dict[str, tuple[Path, Path]] | None,  # {"train": (source, target), "val": (source, target)}; None: Multi30k
+    files: dict[str, tuple[Path, Path]]
+    | None,  # {"train": (source, target), "val": (source, target)}; None: Multi30k
     log: Callable[[str], None],
 ) -> tuple[dict[str, list[tuple[str, str]]], dict]:
     "The training and validation pairs, and where they came from (for the checkpoint)."
     if files is None:
         langs = (config.src_lang, config.tgt_lang)
-        return {split: load_multi30k(split, data_dir, langs=langs) for split in ("train", "val")}, {"multi30k": list(langs)}
+        return {split: load_multi30k(split, data_dir, langs=langs) for split in ("train", "val")}, {
+            "multi30k": list(langs)
+        }
     pairs, origin = {}, {}
     for split, (src, tgt) in files.items():
         pairs[split], skipped = read_parallel(src, tgt)
         if not pairs[split]:
             raise ValueError(f"{src} and {tgt} hold no sentence pairs")
         if skipped:
-            log(f"{split}: skipped {skipped:,} pairs with an empty line on one side or both ({src}, {tgt})")
-        origin[split] = {"files": [str(src), str(tgt)], "sha256": [file_sha256(Path(src)), file_sha256(Path(tgt))]}
+            log(
+                f"{split}: skipped {skipped:,} pairs with an empty line on one side or both ({src}, {tgt})"
+            )
+        origin[split] = {
+            "files": [str(src), str(tgt)],
+            "sha256": [file_sha256(Path(src)), file_sha256(Path(tgt))],
+        }
     return pairs, origin
 
 
 def _describe(origin: dict) -> str:
     "Where a run's data came from, in words."
-    return "; ".join(f"{split}: {' and '.join(d['files']) if isinstance(d, dict) else d}" for split, d in origin.items())
+    return "; ".join(
+        f"{split}: {' and '.join(d['files']) if isinstance(d, dict) else d}"
+        for split, d in origin.items()
+    )
 
 
 def check_same_data(trained_on: dict, now: dict, path: Path) -> None:
     "Refuse to resume a run on other data than it was trained on, naming what differs."
-    contents = [{split: d["sha256"] if isinstance(d, dict) else d for split, d in origin.items()} for origin in (trained_on, now)]
+    contents = [
+        {split: d["sha256"] if isinstance(d, dict) else d for split, d in origin.items()}
+        for origin in (trained_on, now)
+    ]
     if contents[0] != contents[1]:
-        raise ValueError(f"--resume with other data than {path} was trained on ({_describe(trained_on)}), "
-                         f"now {_describe(now)}: resume with the same data, or train a new run")
+        raise ValueError(
+            f"--resume with other data than {path} was trained on ({_describe(trained_on)}), "
+            f"now {_describe(now)}: resume with the same data, or train a new run"
+        )
 
 
 def training_subset(pairs: list[tuple[str, str]], n: int, seed: int) -> list[tuple[str, str]]:
@@ -179,11 +258,15 @@ def new_tokenizers(config: TrainConfig, train_pairs: list[tuple[str, str]]) -> t
     "The (source, target) tokenizers of a new run: spaCy's, or one subword model learned from both sides of `train_pairs`."
     if config.vocab_size is None:
         return load_tokenizers((config.src_lang, config.tgt_lang))
-    subwords = SubwordTokenizer.train([text for pair in train_pairs for text in pair], config.vocab_size)
+    subwords = SubwordTokenizer.train(
+        [text for pair in train_pairs for text in pair], config.vocab_size
+    )
     return subwords, subwords
 
 
-def build_vocabularies(config: TrainConfig, tokenizers: tuple, train_tokens: list[list[list[str]]]) -> tuple[Vocab, Vocab]:
+def build_vocabularies(
+    config: TrainConfig, tokenizers: tuple, train_tokens: list[list[list[str]]]
+) -> tuple[Vocab, Vocab]:
     "The source and target vocabularies of a new run: the subword model's, shared, or each language's tokens seen twice."
     if config.vocab_size is not None:
         vocab = shared_vocab(tokenizers[0])
@@ -206,12 +289,16 @@ def restore(
     if scaler is not None and "scaler" in ckpt:
         scaler.load_state_dict(ckpt["scaler"])
     rank, world = rank_and_world()
-    states = ckpt["rng"] if isinstance(ckpt["rng"], list) else [ckpt["rng"]]  # one per process that wrote it
+    states = (
+        ckpt["rng"] if isinstance(ckpt["rng"], list) else [ckpt["rng"]]
+    )  # one per process that wrote it
     if len(states) == world:
         set_rng_state(states[rank])
     else:
-        log(f"the checkpoint was written by {len(states)} process(es) and this run has {world}: "
-            f"it continues with new random states, so not exactly as the interrupted run would have")
+        log(
+            f"the checkpoint was written by {len(states)} process(es) and this run has {world}: "
+            f"it continues with new random states, so not exactly as the interrupted run would have"
+        )
     return TrainState.from_dict(ckpt["train_state"]), ckpt["history"]
 
 # %% ../nbs/05_multi30k.ipynb #5919f019
@@ -232,12 +319,31 @@ def validate(
     "The validation loss per token, perplexity and greedy sacreBLEU; leaves the model in eval mode and the random state untouched."
     tok_src, tok_tgt = tokenizers
     with torch.random.fork_rng(devices=[]):
-        loss, _ = run_epoch(loader, model, criterion, desc="validation", progress=progress, device=device)
-        if criterion.smoothing > 0:  # perplexity is of the true words: the loss without smoothing (then KL = cross-entropy)
-            nll, _ = run_epoch(loader, model, LabelSmoothing(len(tgt_vocab), tgt_vocab.pad), desc="perplexity", progress=progress, device=device)
+        loss, _ = run_epoch(
+            loader, model, criterion, desc="validation", progress=progress, device=device
+        )
+        if (
+            criterion.smoothing > 0
+        ):  # perplexity is of the true words: the loss without smoothing (then KL = cross-entropy)
+            nll, _ = run_epoch(
+                loader,
+                model,
+                LabelSmoothing(len(tgt_vocab), tgt_vocab.pad),
+                desc="perplexity",
+                progress=progress,
+                device=device,
+            )
         else:
             nll = loss
-        hypotheses = translate(model, [src for src, _ in pairs], src_vocab, tgt_vocab, tok_src, max_extra=VAL_EXTRA, progress=progress)
+        hypotheses = translate(
+            model,
+            [src for src, _ in pairs],
+            src_vocab,
+            tgt_vocab,
+            tok_src,
+            max_extra=VAL_EXTRA,
+            progress=progress,
+        )
         return loss, math.exp(nll), bleu(hypotheses, [tgt for _, tgt in pairs], tok_tgt).sacrebleu
 
 # %% ../nbs/05_multi30k.ipynb #2a788511
@@ -251,8 +357,11 @@ def check_lengths(
     for i, (src, tgt) in enumerate(zip(data.src, data.tgt)):
         needed = max(len(src) + extra, len(tgt))
         if needed > max_len:
-            raise ValueError(f"{split} pair {i + 1} needs {needed} positions ({len(src) - 2} source tokens"
-                             + (f" + {extra} for its translation" if extra else "") + f"), more than the model's max_len={max_len}")
+            raise ValueError(
+                f"{split} pair {i + 1} needs {needed} positions ({len(src) - 2} source tokens"
+                + (f" + {extra} for its translation" if extra else "")
+                + f"), more than the model's max_len={max_len}"
+            )
 
 # %% ../nbs/05_multi30k.ipynb #c9f4b043
 def write_history(out_dir: Path, history: list[dict]) -> None:
@@ -269,16 +378,30 @@ def write_history(out_dir: Path, history: list[dict]) -> None:
 def tensorboard_writer(out_dir: Path):
     "A TensorBoard `SummaryWriter` logging to out_dir/tensorboard, with a clear error if the package is missing."
     try:
-        from torch.utils.tensorboard import SummaryWriter  # imported here: only --tensorboard needs it
+        from torch.utils.tensorboard import (
+            SummaryWriter,
+        )  # imported here: only --tensorboard needs it
     except ImportError:
-        raise ValueError("--tensorboard needs the tensorboard package: pip install tensorboard") from None
+        raise ValueError(
+            "--tensorboard needs the tensorboard package: pip install tensorboard"
+        ) from None
     return SummaryWriter(out_dir / "tensorboard")
 
 
 def save_epoch(out_dir: Path, ckpt: dict, keep_epochs: int) -> None:
     "Write epoch{k}.pt and last.pt for the epoch that `ckpt` ends, keeping `keep_epochs` epoch files."
     epoch = ckpt["epoch"]
-    kept = ("config", "model", "epoch", "history", "src_vocab", "tgt_vocab", "tokenizer", "data", "run_id")
+    kept = (
+        "config",
+        "model",
+        "epoch",
+        "history",
+        "src_vocab",
+        "tgt_vocab",
+        "tokenizer",
+        "data",
+        "run_id",
+    )
     weights_only = {k: ckpt[k] for k in kept if k in ckpt}  # tokenizer: subword runs only
     save_checkpoint(out_dir / f"epoch{epoch}.pt", **weights_only)
     save_checkpoint(out_dir / "last.pt", **ckpt)
@@ -293,8 +416,10 @@ def train(
     resume: bool = False,  # continue from out_dir/last.pt
     overwrite: bool = False,  # replace a run already in out_dir (its checkpoints are deleted first)
     device: str | torch.device | None = None,  # "cuda" when available, else "cpu"
-    files: dict[str, tuple[Path, Path]] | None = None,  # {"train": (source, target), "val": ...} text files instead of Multi30k
-    pairs: dict[str, list[tuple[str, str]]] | None = None,  # {"train": ..., "val": ...} sentence pairs instead of files
+    files: dict[str, tuple[Path, Path]]
+    | None = None,  # {"train": (source, target), "val": ...} text files instead of Multi30k
+    pairs: dict[str, list[tuple[str, str]]]
+    | None = None,  # {"train": ..., "val": ...} sentence pairs instead of files
     keep_epochs: int = 5,  # weights-only checkpoints of the last epochs to keep, for averaging
     progress: bool = True,
     log: Callable[[str], None] = print,
@@ -304,80 +429,189 @@ def train(
     tensorboard: bool = False,  # also log each epoch's figures for TensorBoard, in out_dir/tensorboard
 ) -> dict | None:
     "Train on Multi30k (or the given files or pairs), alone or as one of several processes; the last checkpoint's contents (None on all but the first process)."
-    out_dir, device = Path(out_dir), torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    out_dir, device = (
+        Path(out_dir),
+        torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")),
+    )
     rank, world = rank_and_world()
     is_main = rank == 0
     log, progress = (log, progress) if is_main else ((lambda message: None), False)
     with claim_run_folder(out_dir, resume, overwrite) if is_main else nullcontext():
         ckpt = load_checkpoint(out_dir / "last.pt") if resume else None
-        config = resumed_config(ckpt, config, out_dir / "last.pt") if ckpt is not None else config or TrainConfig()
-        torch.manual_seed(config.seed + rank)  # rank 0's initial weights are everyone's (DDP copies them); dropout differs
+        config = (
+            resumed_config(ckpt, config, out_dir / "last.pt")
+            if ckpt is not None
+            else config or TrainConfig()
+        )
+        torch.manual_seed(
+            config.seed + rank
+        )  # rank 0's initial weights are everyone's (DDP copies them); dropout differs
         random.seed(config.seed + rank)
 
         if pairs is None:
             pairs, origin = load_pairs(config, data_dir, files, log)
         else:  # given in Python: known by their contents
-            origin = {"pairs": hashlib.sha256(json.dumps(pairs, sort_keys=True).encode()).hexdigest()}
+            origin = {
+                "pairs": hashlib.sha256(json.dumps(pairs, sort_keys=True).encode()).hexdigest()
+            }
         if config.train_pairs is not None:
-            pairs = {**pairs, "train": training_subset(pairs["train"], config.train_pairs, config.seed)}
+            pairs = {
+                **pairs,
+                "train": training_subset(pairs["train"], config.train_pairs, config.seed),
+            }
         if ckpt is not None and "data" in ckpt:  # checkpoints of version 0.2 do not say
             check_same_data(ckpt["data"], origin, out_dir / "last.pt")
-        tokenizers = tokenizers_from_checkpoint(ckpt, out_dir / "last.pt") if ckpt is not None else new_tokenizers(config, pairs["train"])
-        tokens = {split: [tokenize_all([p[side] for p in split_pairs], tokenizers[side], progress) for side in (0, 1)]
-                  for split, split_pairs in pairs.items()}
+        tokenizers = (
+            tokenizers_from_checkpoint(ckpt, out_dir / "last.pt")
+            if ckpt is not None
+            else new_tokenizers(config, pairs["train"])
+        )
+        tokens = {
+            split: [
+                tokenize_all([p[side] for p in split_pairs], tokenizers[side], progress)
+                for side in (0, 1)
+            ]
+            for split, split_pairs in pairs.items()
+        }
         if ckpt is not None:
-            src_vocab, tgt_vocab = Vocab.from_state_dict(ckpt["src_vocab"]), Vocab.from_state_dict(ckpt["tgt_vocab"])
+            src_vocab, tgt_vocab = (
+                Vocab.from_state_dict(ckpt["src_vocab"]),
+                Vocab.from_state_dict(ckpt["tgt_vocab"]),
+            )
         else:
             src_vocab, tgt_vocab = build_vocabularies(config, tokenizers, tokens["train"])
-        run_id = ckpt.get("run_id") if ckpt is not None else uuid.uuid4().hex  # checkpoints of version 0.1 have none
-        train_data, val_data = (encode_pairs(*tokens[split], src_vocab, tgt_vocab) for split in ("train", "val"))
+        run_id = (
+            ckpt.get("run_id") if ckpt is not None else uuid.uuid4().hex
+        )  # checkpoints of version 0.1 have none
+        train_data, val_data = (
+            encode_pairs(*tokens[split], src_vocab, tgt_vocab) for split in ("train", "val")
+        )
         check_lengths(train_data, "training", config.model.max_len)
         check_lengths(val_data, "validation", config.model.max_len, extra=VAL_EXTRA)
-        train_loader = make_loader(train_data, tgt_vocab.pad, config.max_tokens, seed=config.seed, num_replicas=world, rank=rank)
+        train_loader = make_loader(
+            train_data,
+            tgt_vocab.pad,
+            config.max_tokens,
+            seed=config.seed,
+            num_replicas=world,
+            rank=rank,
+        )
         val_loader = make_loader(val_data, tgt_vocab.pad, config.max_tokens, shuffle=False)
 
         model = config.model.build(len(src_vocab), len(tgt_vocab)).to(device)
-        criterion = (FusedLabelSmoothing(model.generator, tgt_vocab.pad, config.smoothing) if fused_loss
-                     else LabelSmoothing(len(tgt_vocab), tgt_vocab.pad, config.smoothing))
-        optimizer, scheduler = noam_optimizer(model, config.model.d_model, config.factor, config.warmup)
+        criterion = (
+            FusedLabelSmoothing(model.generator, tgt_vocab.pad, config.smoothing)
+            if fused_loss
+            else LabelSmoothing(len(tgt_vocab), tgt_vocab.pad, config.smoothing)
+        )
+        optimizer, scheduler = noam_optimizer(
+            model, config.model.d_model, config.factor, config.warmup
+        )
         scaler = make_scaler(precision, device, config.max_tokens)
         state, history, first_epoch = TrainState(), [], 0
         if ckpt is not None:
-            (state, history), first_epoch = restore(ckpt, model, optimizer, scheduler, scaler, log), ckpt["epoch"]
-            log(f"resuming from {out_dir / 'last.pt'} after epoch {ckpt['epoch']} ({state.optimizer_steps} optimizer steps)")
-        log(f"{len(train_data):,} training pairs; vocabularies {len(src_vocab):,} / {len(tgt_vocab):,}; "
+            (state, history), first_epoch = (
+                restore(ckpt, model, optimizer, scheduler, scaler, log),
+                ckpt["epoch"],
+            )
+            log(
+                f"resuming from {out_dir / 'last.pt'} after epoch {ckpt['epoch']} ({state.optimizer_steps} optimizer steps)"
+            )
+        log(
+            f"{len(train_data):,} training pairs; vocabularies {len(src_vocab):,} / {len(tgt_vocab):,}; "
             f"{count_parameters(model) / 1e6:.1f}M parameters on {device}"
-            + (f", {world} processes" if world > 1 else "") + (f", {precision}" if precision != "fp32" else ""))
+            + (f", {world} processes" if world > 1 else "")
+            + (f", {precision}" if precision != "fp32" else "")
+        )
         wrapped = wrap_for_training(model, device, world, compile)
         writer = tensorboard_writer(out_dir) if tensorboard and is_main else None
 
         for epoch in range(first_epoch, config.epochs):
             start, tokens_before = time.time(), state.tokens
             train_loader.batch_sampler.set_epoch(epoch)
-            train_loss, state = run_epoch(train_loader, wrapped, criterion, optimizer, scheduler, config.accum_iter, config.max_grad_norm,
-                                          state, desc=f"epoch {epoch + 1}/{config.epochs}", progress=progress, device=device,
-                                          autocast_dtype=PRECISIONS[precision], scaler=scaler)
+            train_loss, state = run_epoch(
+                train_loader,
+                wrapped,
+                criterion,
+                optimizer,
+                scheduler,
+                config.accum_iter,
+                config.max_grad_norm,
+                state,
+                desc=f"epoch {epoch + 1}/{config.epochs}",
+                progress=progress,
+                device=device,
+                autocast_dtype=PRECISIONS[precision],
+                scaler=scaler,
+            )
             train_seconds = time.time() - start
             rng = gather_objects(rng_state(), world)  # every process's, for an exact resume
             if is_main:
-                val_loss, val_ppl, val_bleu = validate(model, val_loader, criterion, pairs["val"], src_vocab, tgt_vocab, tokenizers, device, progress)
-                history.append({"epoch": epoch + 1, "train_loss": train_loss, "val_loss": val_loss, "val_ppl": val_ppl, "val_bleu": val_bleu,
-                                "steps": state.optimizer_steps, "lr": scheduler.get_last_lr()[0],
-                                "tokens_per_second": (state.tokens - tokens_before) * world / train_seconds,  # every process's
-                                "seconds": time.time() - start})
-                log(f"epoch {epoch + 1}: train loss {train_loss:.3f}, val loss {val_loss:.3f}, val perplexity {val_ppl:.2f}, val sacreBLEU {val_bleu:.2f} "
-                    f"({time.time() - start:.0f} s)")
-                ckpt = dict(config=config.to_dict(), model=model.state_dict(), optimizer=optimizer.state_dict(),
-                            scheduler=scheduler.state_dict(), train_state=asdict(state), epoch=epoch + 1, history=history,
-                            rng=rng, src_vocab=src_vocab.state_dict(), tgt_vocab=tgt_vocab.state_dict(), run_id=run_id, data=origin,
-                            **({"tokenizer": tokenizers[0].state_dict()} if config.vocab_size is not None else {}),
-                            **({"scaler": scaler.state_dict()} if scaler is not None else {}))
+                val_loss, val_ppl, val_bleu = validate(
+                    model,
+                    val_loader,
+                    criterion,
+                    pairs["val"],
+                    src_vocab,
+                    tgt_vocab,
+                    tokenizers,
+                    device,
+                    progress,
+                )
+                history.append(
+                    {
+                        "epoch": epoch + 1,
+                        "train_loss": train_loss,
+                        "val_loss": val_loss,
+                        "val_ppl": val_ppl,
+                        "val_bleu": val_bleu,
+                        "steps": state.optimizer_steps,
+                        "lr": scheduler.get_last_lr()[0],
+                        "tokens_per_second": (state.tokens - tokens_before)
+                        * world
+                        / train_seconds,  # every process's
+                        "seconds": time.time() - start,
+                    }
+                )
+                log(
+                    f"epoch {epoch + 1}: train loss {train_loss:.3f}, val loss {val_loss:.3f}, val perplexity {val_ppl:.2f}, val sacreBLEU {val_bleu:.2f} "
+                    f"({time.time() - start:.0f} s)"
+                )
+                ckpt = dict(
+                    config=config.to_dict(),
+                    model=model.state_dict(),
+                    optimizer=optimizer.state_dict(),
+                    scheduler=scheduler.state_dict(),
+                    train_state=asdict(state),
+                    epoch=epoch + 1,
+                    history=history,
+                    rng=rng,
+                    src_vocab=src_vocab.state_dict(),
+                    tgt_vocab=tgt_vocab.state_dict(),
+                    run_id=run_id,
+                    data=origin,
+                    **(
+                        {"tokenizer": tokenizers[0].state_dict()}
+                        if config.vocab_size is not None
+                        else {}
+                    ),
+                    **({"scaler": scaler.state_dict()} if scaler is not None else {}),
+                )
                 save_epoch(out_dir, ckpt, keep_epochs)
                 if writer:
-                    for name in ("train_loss", "val_loss", "val_ppl", "val_bleu", "lr", "tokens_per_second"):
+                    for name in (
+                        "train_loss",
+                        "val_loss",
+                        "val_ppl",
+                        "val_bleu",
+                        "lr",
+                        "tokens_per_second",
+                    ):
                         writer.add_scalar(name, history[-1][name], epoch + 1)
             if world > 1:
                 dist.barrier()  # the others wait while the first validates and saves
         if writer:
             writer.close()
-        return ckpt if is_main else None  # the last epoch's; on a resume with no epoch left, the one loaded
+        return (
+            ckpt if is_main else None
+        )  # the last epoch's; on a resume with no epoch left, the one loaded

@@ -37,23 +37,30 @@ class Batch:
     def __init__(
         self,
         src: Tensor,  # (B, S) source ids
-        tgt: Tensor | None = None,  # (B, T + 1) target ids, start symbol first; None for a source-only batch
+        tgt: Tensor
+        | None = None,  # (B, T + 1) target ids, start symbol first; None for a source-only batch
         *,
         pad: int,  # the padding id of the vocabulary
     ):
         if src.dim() != 2 or src.numel() == 0:
-            raise ValueError(f"empty batch: src must be a non-empty (batch, length) tensor of ids, got shape {tuple(src.shape)}")
+            raise ValueError(
+                f"empty batch: src must be a non-empty (batch, length) tensor of ids, got shape {tuple(src.shape)}"
+            )
         self.src = src  # (B, S)
         self.src_mask = (src != pad).unsqueeze(-2)  # (B, 1, S)
         if tgt is not None:
             if tgt.dim() != 2 or tgt.size(0) != src.size(0) or tgt.size(1) < 2:
-                raise ValueError(f"tgt must be (batch={src.size(0)}, length >= 2) to hold a start symbol and a token, got shape {tuple(tgt.shape)}")
+                raise ValueError(
+                    f"tgt must be (batch={src.size(0)}, length >= 2) to hold a start symbol and a token, got shape {tuple(tgt.shape)}"
+                )
             self.tgt = tgt[:, :-1]  # (B, T): decoder input, begins with the start symbol
             self.tgt_y = tgt[:, 1:]  # (B, T): the tokens to predict
             self.tgt_mask = self.make_tgt_mask(self.tgt, pad)  # (B, T, T)
             self.ntokens = int((self.tgt_y != pad).sum())
             if self.ntokens == 0:
-                raise ValueError(f"every target token in this batch of {src.size(0)} is padding (pad={pad}): there is nothing to learn from it")
+                raise ValueError(
+                    f"every target token in this batch of {src.size(0)} is padding (pad={pad}): there is nothing to learn from it"
+                )
 
     @staticmethod
     def make_tgt_mask(tgt: Tensor, pad: int) -> Tensor:
@@ -86,11 +93,18 @@ class TokenBatchSampler(Sampler[list[int]]):
             raise ValueError(f"rank must be in range(num_replicas={num_replicas}), got {rank}")
         if len(lengths) == 0:
             raise ValueError("no examples to batch: lengths is empty")
-        self.lengths, self.max_tokens, self.shuffle, self.seed = list(lengths), max_tokens, shuffle, seed
+        self.lengths, self.max_tokens, self.shuffle, self.seed = (
+            list(lengths),
+            max_tokens,
+            shuffle,
+            seed,
+        )
         self.num_replicas, self.rank, self.epoch = num_replicas, rank, 0
         n_batches = len(self.all_batches())
         if n_batches < num_replicas:
-            raise ValueError(f"only {n_batches} batches for {num_replicas} processes: lower max_tokens or use fewer processes")
+            raise ValueError(
+                f"only {n_batches} batches for {num_replicas} processes: lower max_tokens or use fewer processes"
+            )
 
     def set_epoch(self, epoch: int) -> None:
         "Choose the epoch whose shuffle to use (call before each epoch)."
@@ -116,7 +130,9 @@ class TokenBatchSampler(Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[list[int]]:
         batches = self.all_batches()
-        usable = len(batches) - len(batches) % self.num_replicas  # every process gets as many batches
+        usable = (
+            len(batches) - len(batches) % self.num_replicas
+        )  # every process gets as many batches
         return iter(batches[self.rank : usable : self.num_replicas])
 
     def __len__(self) -> int:
@@ -180,7 +196,9 @@ def optimizer_step(
 ) -> None:
     "Scale the gradients, clip them (optionally), update the weights, advance the schedule and clear the gradients."
     if scaler is not None:
-        scaler.unscale_(optimizer)  # undo the loss scaling first, so that clipping sees the true gradients
+        scaler.unscale_(
+            optimizer
+        )  # undo the loss scaling first, so that clipping sees the true gradients
     for p in model.parameters():
         if p.grad is not None:
             p.grad.mul_(grad_scale)
@@ -202,8 +220,10 @@ def _read_losses(unread: list[tuple[Tensor, int, int, int]]) -> float:
     bad = (~losses.isfinite()).nonzero()
     if len(bad):
         _, i, run_batch, steps = unread[bad[0, 0]]
-        raise FloatingPointError(f"the loss is {losses[bad[0, 0]].item()} at batch {run_batch} of the run (batch {i} of this pass, "
-                                 f"after {steps} optimizer steps): stopping")
+        raise FloatingPointError(
+            f"the loss is {losses[bad[0, 0]].item()} at batch {run_batch} of the run (batch {i} of this pass, "
+            f"after {steps} optimizer steps): stopping"
+        )
     return losses.sum().item()
 
 # %% ../nbs/02_training.ipynb #9148edd4
@@ -212,15 +232,20 @@ def run_epoch(
     model: EncoderDecoder,
     criterion: nn.Module,  # summed loss over target tokens, from log-probabilities (B*T, V) and labels (B*T,); see from_hidden
     optimizer: torch.optim.Optimizer | None = None,  # None evaluates: no gradients, no updates
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,  # stepped once per optimizer step
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    | None = None,  # stepped once per optimizer step
     accum_iter: int = 1,  # batches per optimizer step
     max_grad_norm: float | None = None,  # clip the gradient norm before each optimizer step
     state: TrainState | None = None,  # counts to continue from; a new one if None
     desc: str = "",  # progress-bar label
     progress: bool = True,  # show a progress bar
-    device: torch.device | str | None = None,  # move each batch here; None leaves batches where they are
-    autocast_dtype: torch.dtype | None = None,  # e.g. torch.bfloat16: the forward pass in mixed precision
-    scaler: torch.amp.GradScaler | None = None,  # with float16: scales the loss so small gradients survive
+    device: torch.device
+    | str
+    | None = None,  # move each batch here; None leaves batches where they are
+    autocast_dtype: torch.dtype
+    | None = None,  # e.g. torch.bfloat16: the forward pass in mixed precision
+    scaler: torch.amp.GradScaler
+    | None = None,  # with float16: scales the loss so small gradients survive
     read_every: int = 50,  # batches between reading the losses back (a GPU must finish its queued work first)
 ) -> tuple[float, TrainState]:
     "One pass over `batches`: the mean loss per target token (over all processes), and the updated counts."
@@ -232,36 +257,61 @@ def run_epoch(
     state = TrainState() if state is None else state
     model.train(training)
     core = unwrap(model)  # the generator runs outside the wrapped forward pass
-    world = dist.get_world_size() if isinstance(getattr(model, "_orig_mod", model), DistributedDataParallel) else 1
+    world = (
+        dist.get_world_size()
+        if isinstance(getattr(model, "_orig_mod", model), DistributedDataParallel)
+        else 1
+    )
     total_loss, total_tokens, pending, step_tokens = 0.0, 0, 0, 0
     unread = []  # (loss on the device, batch of this pass, batch of the run, optimizer steps) not yet read back
     start = time.perf_counter()
-    bar = tqdm(batches, desc=desc or ("train" if training else "eval"), disable=not progress, leave=False)
+    bar = tqdm(
+        batches, desc=desc or ("train" if training else "eval"), disable=not progress, leave=False
+    )
     with torch.set_grad_enabled(training):
         for i, (batch, last) in enumerate(_with_last(bar)):
             batch = batch if device is None else batch.to(device)
-            ends_step = training and (pending + 1 == accum_iter or last)  # the optimizer steps after this batch
+            ends_step = training and (
+                pending + 1 == accum_iter or last
+            )  # the optimizer steps after this batch
             # data parallel: all-reduce the gradients only on the batch that ends a step
             sync = model.no_sync() if training and world > 1 and not ends_step else nullcontext()
             with sync:
-                with torch.autocast(batch.src.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+                with torch.autocast(
+                    batch.src.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None
+                ):
                     out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)  # (B, T, D)
-                    if getattr(criterion, "from_hidden", False):  # FusedLabelSmoothing (below): the generator is inside the loss
+                    if getattr(
+                        criterion, "from_hidden", False
+                    ):  # FusedLabelSmoothing (below): the generator is inside the loss
                         loss = criterion(out.flatten(0, 1), batch.tgt_y.flatten())
                     else:
-                        loss = criterion(core.generator(out).flatten(0, 1), batch.tgt_y.flatten())  # summed over the batch's tokens
+                        loss = criterion(
+                            core.generator(out).flatten(0, 1), batch.tgt_y.flatten()
+                        )  # summed over the batch's tokens
                 unread.append((loss.detach(), i, state.batches, state.optimizer_steps))
                 if training:
-                    (loss if scaler is None else scaler.scale(loss)).backward()  # summed; normalized at the step
+                    (
+                        loss if scaler is None else scaler.scale(loss)
+                    ).backward()  # summed; normalized at the step
             if training:
                 state.batches += 1
                 state.samples += batch.src.size(0)
                 state.tokens += batch.ntokens
                 pending, step_tokens = pending + 1, step_tokens + batch.ntokens
                 if ends_step:
-                    [tokens] = _sum_over_processes([step_tokens], world, batch.src.device)  # the step's tokens, all processes
+                    [tokens] = _sum_over_processes(
+                        [step_tokens], world, batch.src.device
+                    )  # the step's tokens, all processes
                     # DDP averaged the gradients over the processes; world / tokens turns that into the mean per token
-                    optimizer_step(model, optimizer, scheduler, max_grad_norm, grad_scale=world / tokens, scaler=scaler)
+                    optimizer_step(
+                        model,
+                        optimizer,
+                        scheduler,
+                        max_grad_norm,
+                        grad_scale=world / tokens,
+                        scaler=scaler,
+                    )
                     state.optimizer_steps += 1
                     pending, step_tokens = 0, 0
             total_tokens += batch.ntokens
@@ -269,9 +319,15 @@ def run_epoch(
                 total_loss += _read_losses(unread)
                 unread = []
                 lr = optimizer.param_groups[0]["lr"] if training else 0.0
-                bar.set_postfix(loss=f"{total_loss / total_tokens:.3f}", lr=f"{lr:.2e}", tok_s=f"{total_tokens / (time.perf_counter() - start):,.0f}")
+                bar.set_postfix(
+                    loss=f"{total_loss / total_tokens:.3f}",
+                    lr=f"{lr:.2e}",
+                    tok_s=f"{total_tokens / (time.perf_counter() - start):,.0f}",
+                )
     bar.close()
-    total_loss, total_tokens = _sum_over_processes([total_loss, total_tokens], world, next(core.parameters()).device)
+    total_loss, total_tokens = _sum_over_processes(
+        [total_loss, total_tokens], world, next(core.parameters()).device
+    )
     if total_tokens == 0:
         raise ValueError("no batches: the epoch had nothing to train or evaluate on")
     return total_loss / total_tokens, state
@@ -290,7 +346,8 @@ def noam_optimizer(
     model_size: int,  # d_model
     factor: float = 1.0,
     warmup: int = 4000,
-    fused: bool | None = None,  # one fused kernel updates every tensor; None: on GPUs (measured in Part 6)
+    fused: bool
+    | None = None,  # one fused kernel updates every tensor; None: on GPUs (measured in Part 6)
 ) -> tuple[torch.optim.Adam, LambdaLR]:
     "Adam with the paper's betas and epsilon (§5.3), and the schedule of eq. (5) as a `LambdaLR`."
     if warmup < 1:
@@ -305,15 +362,21 @@ def noam_optimizer(
 def _padding_class(padding_idx: int, size: int) -> int:
     "`padding_idx` as a class in 0..size-1; a negative one counts from the end, as Python indexes."
     if not -size <= padding_idx < size:
-        raise ValueError(f"padding_idx={padding_idx} is outside the vocabulary of size {size}: it must be in [{-size}, {size})")
+        raise ValueError(
+            f"padding_idx={padding_idx} is outside the vocabulary of size {size}: it must be in [{-size}, {size})"
+        )
     return padding_idx % size
 
 
 def _check_labels(target: Tensor, size: int) -> None:
     "Raise a one-line error unless `target` holds integer class ids in [0, size)."
     if target.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"labels must be integer class ids (int64 or int32), got dtype {target.dtype}")
-    check_ids(target, size, "label")  # on the CPU only: on a GPU it would wait for the device every batch
+        raise TypeError(
+            f"labels must be integer class ids (int64 or int32), got dtype {target.dtype}"
+        )
+    check_ids(
+        target, size, "label"
+    )  # on the CPU only: on a GPU it would wait for the device every batch
 
 # %% ../nbs/02_training.ipynb #b843e090
 def smoothed_targets(target: Tensor, size: int, padding_idx: int, smoothing: float) -> Tensor:
@@ -335,29 +398,45 @@ class LabelSmoothing(nn.Module):
         if not 0.0 <= smoothing < 1.0:
             raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
         if size < 3:
-            raise ValueError(f"label smoothing needs a vocabulary of at least 3 (true, padding, another), got size={size}")
-        self.size, self.padding_idx, self.smoothing = size, _padding_class(padding_idx, size), smoothing
+            raise ValueError(
+                f"label smoothing needs a vocabulary of at least 3 (true, padding, another), got size={size}"
+            )
+        self.size, self.padding_idx, self.smoothing = (
+            size,
+            _padding_class(padding_idx, size),
+            smoothing,
+        )
         self.confidence = 1.0 - smoothing
-        self.other = smoothing / (size - 2)  # probability of each class that is neither true nor padding
+        self.other = smoothing / (
+            size - 2
+        )  # probability of each class that is neither true nor padding
         # sum_c q_c log q_c, the same for every non-padding row
-        self.entropy_term = math.fsum([
-            self.confidence * math.log(self.confidence),
-            smoothing * math.log(self.other) if smoothing > 0 else 0.0,
-        ])
+        self.entropy_term = math.fsum(
+            [
+                self.confidence * math.log(self.confidence),
+                smoothing * math.log(self.other) if smoothing > 0 else 0.0,
+            ]
+        )
 
     def forward(self, x: Tensor, target: Tensor) -> Tensor:
         "Summed loss for log-probabilities x (N, V) and labels target (N,)."
         if x.dim() != 2 or x.size(1) != self.size:
-            raise ValueError(f"expected log-probabilities of shape (N, {self.size}), got {tuple(x.shape)}")
+            raise ValueError(
+                f"expected log-probabilities of shape (N, {self.size}), got {tuple(x.shape)}"
+            )
         if target.shape != (x.size(0),):
-            raise ValueError(f"expected one label per row of the log-probabilities, shape ({x.size(0)},), got {tuple(target.shape)}")
+            raise ValueError(
+                f"expected one label per row of the log-probabilities, shape ({x.size(0)},), got {tuple(target.shape)}"
+            )
         _check_labels(target, self.size)
         keep = target != self.padding_idx  # (N,)
         x_true = x.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
         loss = self.entropy_term - self.confidence * x_true
         if self.smoothing > 0:
             pad = self.padding_idx
-            others = x[:, :pad].sum(-1) + x[:, pad + 1 :].sum(-1) - x_true  # sum over c != t, pad: (N,)
+            others = (
+                x[:, :pad].sum(-1) + x[:, pad + 1 :].sum(-1) - x_true
+            )  # sum over c != t, pad: (N,)
             loss = loss - self.other * others
         return torch.where(keep, loss, 0.0).sum()
 
@@ -366,11 +445,29 @@ class _LinearLabelSmoothing(torch.autograd.Function):
     "LabelSmoothing of log_softmax(h W^T + b) and its gradients, computed chunk by chunk."
 
     @staticmethod
-    def forward(ctx, h: Tensor, weight: Tensor, bias: Tensor, target: Tensor, smoothing: LabelSmoothing, rows: int, grads: bool) -> Tensor:
-        pad, conf, other, V = smoothing.padding_idx, smoothing.confidence, smoothing.other, weight.size(0)
+    def forward(
+        ctx,
+        h: Tensor,
+        weight: Tensor,
+        bias: Tensor,
+        target: Tensor,
+        smoothing: LabelSmoothing,
+        rows: int,
+        grads: bool,
+    ) -> Tensor:
+        pad, conf, other, V = (
+            smoothing.padding_idx,
+            smoothing.confidence,
+            smoothing.other,
+            weight.size(0),
+        )
         loss = h.new_zeros((), dtype=torch.float32)
         if grads:  # filled chunk by chunk; the backward pass only scales them
-            ctx.grads = [torch.zeros_like(h), torch.zeros_like(weight, dtype=torch.float32), torch.zeros_like(bias, dtype=torch.float32)]
+            ctx.grads = [
+                torch.zeros_like(h),
+                torch.zeros_like(weight, dtype=torch.float32),
+                torch.zeros_like(bias, dtype=torch.float32),
+            ]
             grad_h, grad_w, grad_b = ctx.grads
         for start in range(0, h.size(0), rows):
             hc, t = h[start : start + rows], target[start : start + rows]  # (n, D), (n,)
@@ -386,7 +483,9 @@ class _LinearLabelSmoothing(torch.autograd.Function):
                 continue
             g = (z - lse.unsqueeze(1)).exp_().sub_(other)  # p - other: (n, V)
             g[:, pad] += other  # q is 0 on padding
-            g.scatter_add_(1, t.unsqueeze(1), torch.full_like(x_true, other - conf).unsqueeze(1))  # and conf on the true word
+            g.scatter_add_(
+                1, t.unsqueeze(1), torch.full_like(x_true, other - conf).unsqueeze(1)
+            )  # and conf on the true word
             g *= keep.unsqueeze(1)  # p - q, zero on padded rows
             grad_h[start : start + rows] = g.to(weight.dtype) @ weight  # (n, D)
             grad_w += g.T @ hc.float()  # (V, D)
@@ -409,7 +508,8 @@ class FusedLabelSmoothing(LabelSmoothing):
         generator: nn.Module,
         padding_idx: int,
         smoothing: float = 0.0,
-        chunk: int | None = None,  # logits per chunk at most; None: 2**22 on a CPU (they stay in its caches), 2**26 on a GPU
+        chunk: int
+        | None = None,  # logits per chunk at most; None: 2**22 on a CPU (they stay in its caches), 2**26 on a GPU
     ):
         if chunk is not None and chunk < 1:
             raise ValueError(f"chunk must be at least 1, got {chunk}")
@@ -420,12 +520,16 @@ class FusedLabelSmoothing(LabelSmoothing):
     def forward(self, h: Tensor, target: Tensor) -> Tensor:
         "Summed loss for decoder outputs h (N, D) and labels target (N,), with gradients for h and the generator."
         if h.dim() != 2 or target.shape != (h.size(0),):
-            raise ValueError(f"expected decoder outputs (N, D) and N labels, got {tuple(h.shape)} and {tuple(target.shape)}")
+            raise ValueError(
+                f"expected decoder outputs (N, D) and N labels, got {tuple(h.shape)} and {tuple(target.shape)}"
+            )
         _check_labels(target, self.size)
         proj = self.generator.proj
         grads = torch.is_grad_enabled() and (h.requires_grad or proj.weight.requires_grad)
         chunk = self.chunk or (2**22 if h.device.type == "cpu" else 2**26)
-        return _LinearLabelSmoothing.apply(h, proj.weight, proj.bias, target, self, max(1, chunk // self.size), grads)
+        return _LinearLabelSmoothing.apply(
+            h, proj.weight, proj.bias, target, self, max(1, chunk // self.size), grads
+        )
 
 # %% ../nbs/02_training.ipynb #ab7f8f52
 @torch.no_grad()
@@ -440,7 +544,9 @@ def greedy_decode(
 ) -> Tensor:
     "Greedy decoding, the version to read: ids (B, <= max_len) from `start_symbol`; the library uses `greedy_search` (Part 3)."
     if pad is not None and start_symbol == pad:
-        raise ValueError(f"start_symbol={start_symbol} is the padding id: the decoder would see no input")
+        raise ValueError(
+            f"start_symbol={start_symbol} is the padding id: the decoder would see no input"
+        )
     if max_len < 1:
         raise ValueError(f"max_len must be at least 1, got {max_len}")
     memory = model.encode(src, src_mask)  # (B, S, D)
@@ -448,7 +554,9 @@ def greedy_decode(
     done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)  # (B,)
     filler = end_symbol if pad is None else pad
     for _ in range(max_len - 1):
-        out = model.decode(memory, src_mask, ys, subsequent_mask(ys.size(1)).to(src.device))  # (B, t, D)
+        out = model.decode(
+            memory, src_mask, ys, subsequent_mask(ys.size(1)).to(src.device)
+        )  # (B, t, D)
         next_word = model.generator(out[:, -1]).argmax(dim=-1)  # (B,)
         if end_symbol is not None:
             next_word = next_word.masked_fill(done, filler)

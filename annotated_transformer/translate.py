@@ -8,7 +8,11 @@ from __future__ import annotations
 import warnings
 
 from annotated_transformer.checkpoint import (  # noqa: F401
-    CHECKPOINT_FORMAT, average_last, load_checkpoint, model_from_checkpoint, save_checkpoint,
+    CHECKPOINT_FORMAT,
+    average_last,
+    load_checkpoint,
+    model_from_checkpoint,
+    save_checkpoint,
 )
 from annotated_transformer.distributed import PRECISIONS  # noqa: F401
 from annotated_transformer.trainer import TrainConfig, train  # noqa: F401

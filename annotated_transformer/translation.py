@@ -64,7 +64,9 @@ def translate_nbest(
 ) -> list[list[tuple[list[str], float]]]:
     "The `nbest` best (target tokens, score) of each source sentence, best first, decoded in batches of similar length."
     if not 1 <= nbest <= beam_size:
-        raise ValueError(f"nbest={nbest} must be from 1 to beam_size={beam_size}: a search ends with at most beam_size hypotheses")
+        raise ValueError(
+            f"nbest={nbest} must be from 1 to beam_size={beam_size}: a search ends with at most beam_size hypotheses"
+        )
     if any(not s.strip() for s in sentences):
         empty = next(i for i, s in enumerate(sentences) if not s.strip())
         raise ValueError(f"sentence {empty} is empty: there is nothing to translate")
@@ -72,23 +74,46 @@ def translate_nbest(
     model.eval()
     device = next(model.parameters()).device
     tokens = tokenize_all(sentences, tokenizer, progress=False)
-    order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))  # similar lengths together: less padding
+    order = sorted(
+        range(len(tokens)), key=lambda i: len(tokens[i])
+    )  # similar lengths together: less padding
     banned = () if allow_unk else (tgt_vocab.unk,)
     results: list[list[tuple[list[str], float]]] = [[] for _ in sentences]
-    for start in tqdm(range(0, len(order), batch_size), desc="translating", disable=not progress, leave=False):
+    for start in tqdm(
+        range(0, len(order), batch_size), desc="translating", disable=not progress, leave=False
+    ):
         rows = order[start : start + batch_size]
         ids = [torch.tensor(src_vocab.encode_sentence(tokens[i])) for i in rows]
         # each sentence's own limit: its length with <s> and </s>, plus max_extra
         limits = [len(i) + max_extra for i in ids]
         if max(limits) > model.max_len:
-            raise ValueError(f"sentence {rows[-1]} has {len(ids[-1]) - 2} tokens, too long for this model "
-                             f"(at most {model.max_len - max_extra - 2})")
-        src = nn.utils.rnn.pad_sequence(ids, batch_first=True, padding_value=src_vocab.pad).to(device)  # (B, S)
+            raise ValueError(
+                f"sentence {rows[-1]} has {len(ids[-1]) - 2} tokens, too long for this model "
+                f"(at most {model.max_len - max_extra - 2})"
+            )
+        src = nn.utils.rnn.pad_sequence(ids, batch_first=True, padding_value=src_vocab.pad).to(
+            device
+        )  # (B, S)
         src_mask = (src != src_vocab.pad).unsqueeze(-2)  # (B, 1, S)
         if beam_size == 1:
-            found = [[best] for best in greedy_search(model, src, src_mask, limits, tgt_vocab.bos, tgt_vocab.eos, banned=banned)]
+            found = [
+                [best]
+                for best in greedy_search(
+                    model, src, src_mask, limits, tgt_vocab.bos, tgt_vocab.eos, banned=banned
+                )
+            ]
         else:
-            found = beam_search(model, src, src_mask, limits, tgt_vocab.bos, tgt_vocab.eos, beam_size, alpha, banned=banned)
+            found = beam_search(
+                model,
+                src,
+                src_mask,
+                limits,
+                tgt_vocab.bos,
+                tgt_vocab.eos,
+                beam_size,
+                alpha,
+                banned=banned,
+            )
         for i, hypotheses in zip(rows, found):
             results[i] = [(tgt_vocab.decode(out), score) for out, score in hypotheses[:nbest]]
     return results
@@ -108,8 +133,19 @@ def translate(
     progress: bool = False,
 ) -> list[list[str]]:
     "Target tokens for each source sentence (greedy or beam search): the best of `translate_nbest`."
-    found = translate_nbest(model, sentences, src_vocab, tgt_vocab, tokenizer, max_extra=max_extra, batch_size=batch_size,
-                            beam_size=beam_size, alpha=alpha, allow_unk=allow_unk, progress=progress)
+    found = translate_nbest(
+        model,
+        sentences,
+        src_vocab,
+        tgt_vocab,
+        tokenizer,
+        max_extra=max_extra,
+        batch_size=batch_size,
+        beam_size=beam_size,
+        alpha=alpha,
+        allow_unk=allow_unk,
+        progress=progress,
+    )
     return [best[0][0] for best in found]
 
 # %% ../nbs/05_2_translation.ipynb #ed96e3d2
@@ -119,11 +155,17 @@ class BleuScores:
 
     sacrebleu: float  # cased, detokenized, 13a
     signature: str  # sacreBLEU's description of how `sacrebleu` was computed
-    tokenized_lowercase: float | None  # spaCy tokens, lowercased, tokenize="none"; None for subwords
+    tokenized_lowercase: (
+        float | None
+    )  # spaCy tokens, lowercased, tokenize="none"; None for subwords
     fields: dict  # sacreBLEU's own report of `sacrebleu` (its JSON: score, verbose score, signature and its parts)
 
     def __str__(self) -> str:
-        lower = f"; tokenized lowercased BLEU {self.tokenized_lowercase:.2f}" if self.tokenized_lowercase is not None else ""
+        lower = (
+            f"; tokenized lowercased BLEU {self.tokenized_lowercase:.2f}"
+            if self.tokenized_lowercase is not None
+            else ""
+        )
         return f"sacreBLEU {self.sacrebleu:.2f} ({self.signature}){lower}"
 
 

@@ -53,18 +53,30 @@ def attention_weights(
         return args, {**kwargs, "need_weights": True}
 
     def keep_weights(module, args, kwargs, output):
-        found[kinds[module]].append(output[1][0])  # (h, Q, K): the weights of the batch's one sentence
+        found[kinds[module]].append(
+            output[1][0]
+        )  # (h, Q, K): the weights of the batch's one sentence
 
-    hooks = [hook for module in kinds for hook in (module.register_forward_pre_hook(ask_for_weights, with_kwargs=True),
-                                                   module.register_forward_hook(keep_weights, with_kwargs=True))]
+    hooks = [
+        hook
+        for module in kinds
+        for hook in (
+            module.register_forward_pre_hook(ask_for_weights, with_kwargs=True),
+            module.register_forward_hook(keep_weights, with_kwargs=True),
+        )
+    ]
     model.eval()
     try:
         src_mask = (src != pad).unsqueeze(-2)  # (1, 1, S)
-        model.decode(model.encode(src, src_mask), src_mask, tgt, subsequent_mask(tgt.size(1)).to(tgt.device))
+        model.decode(
+            model.encode(src, src_mask), src_mask, tgt, subsequent_mask(tgt.size(1)).to(tgt.device)
+        )
     finally:
         for hook in hooks:
             hook.remove()
-    return {kind: torch.stack(weights) for kind, weights in found.items()}  # layers in the order they ran
+    return {
+        kind: torch.stack(weights) for kind, weights in found.items()
+    }  # layers in the order they ran
 
 # %% ../nbs/07_visualization.ipynb #83b93c27
 @dataclass
@@ -83,8 +95,11 @@ class AttentionMaps:
     def axes(self, kind: str) -> tuple[list[str], list[str]]:
         "The tokens of the rows (queries) and columns (keys) of a kind of attention."
         check_kind(kind)
-        return {"encoder": (self.src_tokens, self.src_tokens), "decoder_self": (self.tgt_tokens, self.tgt_tokens),
-                "decoder_src": (self.tgt_tokens, self.src_tokens)}[kind]
+        return {
+            "encoder": (self.src_tokens, self.src_tokens),
+            "decoder_self": (self.tgt_tokens, self.tgt_tokens),
+            "decoder_src": (self.tgt_tokens, self.src_tokens),
+        }[kind]
 
     def to_html(self, decimals: int = 2) -> str:
         "An interactive view of these maps, as self-contained HTML (see `AttentionView`, below)."
@@ -102,7 +117,8 @@ def sentence_attention(
     sentence: str,  # a German sentence
     src_vocab: Vocab,
     tgt_vocab: Vocab,
-    translation: Sequence[str] | None = None,  # its English tokens; translated here (greedy or beam) if None
+    translation: Sequence[str]
+    | None = None,  # its English tokens; translated here (greedy or beam) if None
     beam_size: int = 1,
     tokenizer=None,  # German tokenizer; spaCy's by default
     max_unknown: float = 0.5,  # refuse a sentence with a larger share of tokens outside the source vocabulary
@@ -114,25 +130,43 @@ def sentence_attention(
     words = tokenize_all([sentence], tokenizer, progress=False)[0]
     unknown = [w for w in words if w not in src_vocab.stoi]
     if len(unknown) > max_unknown * len(words):
-        raise ValueError(f"{len(unknown)} of the {len(words)} tokens of {sentence!r} are not in the model's source "
-                         f"vocabulary ({', '.join(unknown[:4])}, ...): is the sentence in the language the model translates from?")
+        raise ValueError(
+            f"{len(unknown)} of the {len(words)} tokens of {sentence!r} are not in the model's source "
+            f"vocabulary ({', '.join(unknown[:4])}, ...): is the sentence in the language the model translates from?"
+        )
     if translation is None:
-        translation = translate(model, [sentence], src_vocab, tgt_vocab, tokenizer, beam_size=beam_size)[0]
+        translation = translate(
+            model, [sentence], src_vocab, tgt_vocab, tokenizer, beam_size=beam_size
+        )[0]
     device = next(model.parameters()).device
     src = torch.tensor([src_vocab.encode_sentence(words)], device=device)  # (1, S)
-    tgt = torch.tensor([tgt_vocab.encode_sentence(translation)[:-1]], device=device)  # (1, T): the decoder's input, no </s>
+    tgt = torch.tensor(
+        [tgt_vocab.encode_sentence(translation)[:-1]], device=device
+    )  # (1, T): the decoder's input, no </s>
     if max(src.size(1), tgt.size(1)) > model.max_len:
-        raise ValueError(f"the sentence has {src.size(1) - 2} tokens, too long for this model (at most {model.max_len - 2})")
-    own = getattr(model, "attention_weights", None)  # a model that collects its own maps (Part 8's recurrent ones)
-    found = own(src, tgt, src_vocab.pad) if own else attention_weights(model, src, tgt, src_vocab.pad)
+        raise ValueError(
+            f"the sentence has {src.size(1) - 2} tokens, too long for this model (at most {model.max_len - 2})"
+        )
+    own = getattr(
+        model, "attention_weights", None
+    )  # a model that collects its own maps (Part 8's recurrent ones)
+    found = (
+        own(src, tgt, src_vocab.pad) if own else attention_weights(model, src, tgt, src_vocab.pad)
+    )
     weights = {kind: w.cpu() for kind, w in found.items()}
-    return AttentionMaps([src_vocab.itos[i] for i in src[0].tolist()], [tgt_vocab.itos[i] for i in tgt[0].tolist()], weights)
+    return AttentionMaps(
+        [src_vocab.itos[i] for i in src[0].tolist()],
+        [tgt_vocab.itos[i] for i in tgt[0].tolist()],
+        weights,
+    )
 
 # %% ../nbs/07_visualization.ipynb #5c8d8551
 def check_index(name: str, value: int, count: int) -> None:
     "Raise a clear error unless 0 <= value < count."
     if not 0 <= value < count:
-        raise ValueError(f"{name} {value} is out of range: the model has {count} {name}s, numbered 0 to {count - 1}")
+        raise ValueError(
+            f"{name} {value} is out of range: the model has {count} {name}s, numbered 0 to {count - 1}"
+        )
 
 # %% ../nbs/07_visualization.ipynb #a7add70a
 class AttentionFigure(Figure):
@@ -157,10 +191,21 @@ def _grid(n: int, per_row: int, size: float, rows_extra: float = 0.0) -> tuple[F
     return fig, [fig.add_subplot(rows, cols, i + 1) for i in range(n)]
 
 # %% ../nbs/07_visualization.ipynb #a21df022
-def _heatmap(ax, weights: Tensor, rows: Sequence[str] | bool, cols: Sequence[str] | bool, title: str) -> None:
+def _heatmap(
+    ax, weights: Tensor, rows: Sequence[str] | bool, cols: Sequence[str] | bool, title: str
+) -> None:
     "One (Q, K) attention map: queries on the rows, keys on the columns, a scale from 0 to 1."
-    sns.heatmap(weights.float().numpy(), ax=ax, xticklabels=cols, yticklabels=rows, vmin=0.0, vmax=1.0,
-                cmap="viridis", cbar=False, square=True)
+    sns.heatmap(
+        weights.float().numpy(),
+        ax=ax,
+        xticklabels=cols,
+        yticklabels=rows,
+        vmin=0.0,
+        vmax=1.0,
+        cmap="viridis",
+        cbar=False,
+        square=True,
+    )
     ax.set_title(title, fontsize=9)
     ax.tick_params(labelsize=7, length=0)
     ax.tick_params(axis="x", labelrotation=90)
@@ -176,7 +221,9 @@ def plot_heads(
     "Heatmaps of one layer's heads side by side: queries on the rows, keys on the columns."
     h, Q, K = weights.shape
     if (len(rows), len(cols)) != (Q, K):
-        raise ValueError(f"{len(rows)} row labels and {len(cols)} column labels for weights of {Q} queries and {K} keys")
+        raise ValueError(
+            f"{len(rows)} row labels and {len(cols)} column labels for weights of {Q} queries and {K} keys"
+        )
     heads = list(range(h)) if heads is None else list(heads)
     for head in heads:
         check_index("head", head, h)
@@ -197,7 +244,9 @@ def plot_layers(weights: Tensor, title: str = "") -> Figure:
     return fig
 
 # %% ../nbs/07_visualization.ipynb #8ab846f5
-def plot_attention(maps: AttentionMaps, kind: str, layer: int | None = None, heads: Sequence[int] | None = None) -> Figure:
+def plot_attention(
+    maps: AttentionMaps, kind: str, layer: int | None = None, heads: Sequence[int] | None = None
+) -> Figure:
     "One kind of attention of a sentence: one layer's heads with their tokens, or (layer=None) all layers and heads."
     check_kind(kind)
     weights = maps.weights[kind]
@@ -219,8 +268,16 @@ def plot_sentence(maps: AttentionMaps, layer: int) -> Figure:
     for row, kind in enumerate(kinds):
         rows, cols = maps.axes(kind)
         for head in range(h):
-            _heatmap(axes[row][head], maps.weights[kind][layer, head], rows, cols, f"{KINDS[kind]}, head {head}")
-    fig.suptitle(f"layer {layer}: {' '.join(maps.src_tokens[1:-1])} -> {' '.join(maps.tgt_tokens[1:])}")
+            _heatmap(
+                axes[row][head],
+                maps.weights[kind][layer, head],
+                rows,
+                cols,
+                f"{KINDS[kind]}, head {head}",
+            )
+    fig.suptitle(
+        f"layer {layer}: {' '.join(maps.src_tokens[1:-1])} -> {' '.join(maps.tgt_tokens[1:])}"
+    )
     return fig
 
 # %% ../nbs/07_visualization.ipynb #2d2f1805
@@ -289,9 +346,21 @@ class AttentionView:
     def data(self) -> dict:
         "What the view's script reads: per sentence and kind, its tokens and its weights in units of 10**-decimals."
         scale = 10**self.decimals
-        return {"decimals": self.decimals, "sentences": [
-            {kind: {"rows": rows, "cols": cols, "weights": (m.weights[kind] * scale).round().int().tolist()}
-             for kind in m.kinds for rows, cols in [m.axes(kind)]} for m in self.maps]}
+        return {
+            "decimals": self.decimals,
+            "sentences": [
+                {
+                    kind: {
+                        "rows": rows,
+                        "cols": cols,
+                        "weights": (m.weights[kind] * scale).round().int().tolist(),
+                    }
+                    for kind in m.kinds
+                    for rows, cols in [m.axes(kind)]
+                }
+                for m in self.maps
+            ],
+        }
 
     def to_html(self) -> str:
         "Self-contained HTML: the choices, the two columns of tokens, the data and the script; nothing loaded from elsewhere."
@@ -300,17 +369,32 @@ class AttentionView:
         kinds = self.maps[0].kinds  # a recurrent model's maps hold one
         N, h = self.maps[0].weights[kinds[0]].shape[:2]
         if any(m.kinds != kinds or m.weights[kinds[0]].shape[:2] != (N, h) for m in self.maps):
-            raise ValueError("the maps come from models of different sizes: show one model at a time")
+            raise ValueError(
+                "the maps come from models of different sizes: show one model at a time"
+            )
         data = self.data()
         data["sentences"] = [{"kinds": found} for found in data["sentences"]]
-        options = lambda pairs: "".join(f'<option value="{v}">{html.escape(str(label))}</option>' for v, label in pairs)
+        options = lambda pairs: "".join(
+            f'<option value="{v}">{html.escape(str(label))}</option>' for v, label in pairs
+        )
         sentences = [" ".join(m.src_tokens[1:-1]) for m in self.maps]
-        controls = "".join(f'<label>{name} <select class="av-{name}">{options(pairs)}</select></label>' for name, pairs in [
-            ("sentence", enumerate(sentences)), ("kind", [(kind, KINDS[kind]) for kind in kinds]), ("layer", zip(range(N), range(N))), ("head", zip(range(h), range(h)))])
-        payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")  # no "</script>" inside the data
-        return (f'<div class="attention-view"><style>{_VIEW_STYLE}</style><div class="av-controls">{controls}</div>'
-                '<div class="av-columns"><div class="av-column av-queries"></div><div class="av-column av-keys"></div></div>'
-                f'<script type="application/json" class="av-data">{payload}</script><script>{_VIEW_SCRIPT}</script></div>')
+        controls = "".join(
+            f'<label>{name} <select class="av-{name}">{options(pairs)}</select></label>'
+            for name, pairs in [
+                ("sentence", enumerate(sentences)),
+                ("kind", [(kind, KINDS[kind]) for kind in kinds]),
+                ("layer", zip(range(N), range(N))),
+                ("head", zip(range(h), range(h))),
+            ]
+        )
+        payload = json.dumps(data, separators=(",", ":")).replace(
+            "</", "<\\/"
+        )  # no "</script>" inside the data
+        return (
+            f'<div class="attention-view"><style>{_VIEW_STYLE}</style><div class="av-controls">{controls}</div>'
+            '<div class="av-columns"><div class="av-column av-queries"></div><div class="av-column av-keys"></div></div>'
+            f'<script type="application/json" class="av-data">{payload}</script><script>{_VIEW_SCRIPT}</script></div>'
+        )
 
     def _repr_html_(self) -> str:
         return self.to_html()

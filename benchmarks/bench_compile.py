@@ -29,28 +29,48 @@ from common import PAD
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--preset", default="tiny", help="model preset (tiny, small, base)")
     parser.add_argument("--vocab", type=int, default=1000)
     parser.add_argument("--max-tokens", type=int, default=2000, help="padded tokens per batch")
-    parser.add_argument("--batches", type=int, default=30, help="training batches to compile and run, each a new shape")
-    parser.add_argument("--backend", default="eager", help="torch.compile backend: eager (TorchDynamo only) or inductor")
+    parser.add_argument(
+        "--batches",
+        type=int,
+        default=30,
+        help="training batches to compile and run, each a new shape",
+    )
+    parser.add_argument(
+        "--backend",
+        default="eager",
+        help="torch.compile backend: eager (TorchDynamo only) or inductor",
+    )
     args = parser.parse_args()
 
     torch.manual_seed(0)
     config = ModelConfig.preset(args.preset)
     model = config.build(args.vocab, args.vocab)
-    sentences = args.batches * args.max_tokens // 15  # more than enough: a WMT-like sentence pads to about 25 tokens
+    sentences = (
+        args.batches * args.max_tokens // 15
+    )  # more than enough: a WMT-like sentence pads to about 25 tokens
     batches = wmt_like_batches(sentences, args.max_tokens, args.vocab)[: args.batches]
     shapes = {(tuple(b.src.shape), tuple(b.tgt.shape)) for b in batches}
-    print(f"torch {torch.__version__}; {args.preset} model; {len(batches)} batches, {len(shapes)} distinct shapes; backend {args.backend}")
+    print(
+        f"torch {torch.__version__}; {args.preset} model; {len(batches)} batches, {len(shapes)} distinct shapes; backend {args.backend}"
+    )
 
     b = batches[0]
     explained = torch._dynamo.explain(model)(b.src, b.tgt, b.src_mask, b.tgt_mask)
-    print(f"one forward pass: {explained.graph_count} graphs, {explained.graph_break_count} graph breaks")
+    print(
+        f"one forward pass: {explained.graph_count} graphs, {explained.graph_break_count} graph breaks"
+    )
     for reason in explained.break_reasons:
         frame = reason.user_stack[-1] if reason.user_stack else None
-        print(f"  break: {reason.reason.splitlines()[0][:80]}" + (f" at {frame.filename.split('/')[-1]}:{frame.lineno}: {frame.line}" if frame else ""))
+        print(
+            f"  break: {reason.reason.splitlines()[0][:80]}"
+            + (f" at {frame.filename.split('/')[-1]}:{frame.lineno}: {frame.line}" if frame else "")
+        )
 
     torch._dynamo.reset()
     counters.clear()
@@ -60,7 +80,9 @@ def main() -> None:
     start = time.perf_counter()
     run_epoch(batches, compiled, criterion, optimizer, scheduler, progress=False)
     seconds = time.perf_counter() - start
-    print(f"training on {len(batches)} batches: {counters['stats']['unique_graphs']} graphs compiled, {seconds:.1f} s")
+    print(
+        f"training on {len(batches)} batches: {counters['stats']['unique_graphs']} graphs compiled, {seconds:.1f} s"
+    )
 
 
 if __name__ == "__main__":

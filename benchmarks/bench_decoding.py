@@ -66,7 +66,9 @@ def timed(label: str, run) -> tuple[float, list]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--checkpoint", help="a trained checkpoint (default: random weights, Multi30k sizes)")
+    p.add_argument(
+        "--checkpoint", help="a trained checkpoint (default: random weights, Multi30k sizes)"
+    )
     p.add_argument("--data-dir", help="Multi30k folder (default: $MULTI30K_DIR, else download)")
     p.add_argument("--split", default="test2016")
     p.add_argument("--limit", type=int, help="only the first N sentences")
@@ -77,36 +79,59 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     model, src_vocab, tgt_vocab = load_model(args)
     sentences = [de for de, _ in load_multi30k(args.split, args.data_dir)][: args.limit]
-    ids = [torch.tensor(src_vocab.encode_sentence(t)) for t in tokenize_all(sentences, load_tokenizers()[0])]
+    ids = [
+        torch.tensor(src_vocab.encode_sentence(t))
+        for t in tokenize_all(sentences, load_tokenizers()[0])
+    ]
     bos, eos, pad = tgt_vocab.bos, tgt_vocab.eos, tgt_vocab.pad
     n = len(ids)
-    print(f"{n} sentences of {args.split}; {'checkpoint ' + args.checkpoint if args.checkpoint else 'random weights'}; "
-          f"{torch.get_num_threads()} threads; batches of {args.batch}")
+    print(
+        f"{n} sentences of {args.split}; {'checkpoint ' + args.checkpoint if args.checkpoint else 'random weights'}; "
+        f"{torch.get_num_threads()} threads; batches of {args.batch}"
+    )
 
     def one_at_a_time(end_symbol: int | None):
         out = []
         for i in sorted(ids, key=len):
             src = i.unsqueeze(0)
-            ys = greedy_decode(model, src, (src != pad).unsqueeze(-2), len(i) + 50, bos, end_symbol)[0, 1:].tolist()
+            ys = greedy_decode(
+                model, src, (src != pad).unsqueeze(-2), len(i) + 50, bos, end_symbol
+            )[0, 1:].tolist()
             out.append(ys[: ys.index(eos) + 1] if eos in ys else ys)
         return out
 
     def greedy_batched():
-        return [t for src, mask, limits in batches(ids, args.batch, pad) for t, _ in greedy_search(model, src, mask, limits, bos, eos)]
+        return [
+            t
+            for src, mask, limits in batches(ids, args.batch, pad)
+            for t, _ in greedy_search(model, src, mask, limits, bos, eos)
+        ]
 
     def beam_batched():
-        return [hyps[0].tokens for src, mask, limits in batches(ids, args.batch, pad) for hyps in beam_search(model, src, mask, limits, bos, eos, 4, 0.6)]
+        return [
+            hyps[0].tokens
+            for src, mask, limits in batches(ids, args.batch, pad)
+            for hyps in beam_search(model, src, mask, limits, bos, eos, 4, 0.6)
+        ]
 
     with torch.no_grad():
         greedy_batched()  # warm-up
-        a, out_a = timed("(a)  one at a time, whole prefix, to the limit ", lambda: one_at_a_time(None))
-        a2, out_a2 = timed("(a') one at a time, whole prefix, stops at end ", lambda: one_at_a_time(eos))
+        a, out_a = timed(
+            "(a)  one at a time, whole prefix, to the limit ", lambda: one_at_a_time(None)
+        )
+        a2, out_a2 = timed(
+            "(a') one at a time, whole prefix, stops at end ", lambda: one_at_a_time(eos)
+        )
         b, out_b = timed("(b)  batched greedy, cached                    ", greedy_batched)
         c, out_c = timed("(c)  batched beam 4, cached                    ", beam_batched)
     for label, out in (("(a) ", out_a), ("(a')", out_a2)):
         same = sum(x == y for x, y in zip(out, out_b))
-        print(f"{label} and (b) agree on {same}/{n} outputs (floating-point ties aside, they compute the same search)")
-    print(f"mean output length: greedy {sum(map(len, out_b)) / n:.1f} tokens, beam {sum(map(len, out_c)) / n:.1f}")
+        print(
+            f"{label} and (b) agree on {same}/{n} outputs (floating-point ties aside, they compute the same search)"
+        )
+    print(
+        f"mean output length: greedy {sum(map(len, out_b)) / n:.1f} tokens, beam {sum(map(len, out_c)) / n:.1f}"
+    )
     for label, seconds in (("(a) ", a), ("(a')", a2), ("(b) ", b), ("(c) ", c)):
         print(f"{label} {n / seconds:10.1f} sentences/s")
     print(f"speed-up of (b) over (a):  {a / b:.1f}x (target: at least 20x)")

@@ -33,9 +33,21 @@ from dataclasses import replace
 
 import torch
 
-from annotated_transformer.distributed import PRECISIONS, bf16_peak_tflops, model_flops_utilization, wrap_for_training
+from annotated_transformer.distributed import (
+    PRECISIONS,
+    bf16_peak_tflops,
+    model_flops_utilization,
+    wrap_for_training,
+)
 from annotated_transformer.model import ModelConfig, count_parameters
-from annotated_transformer.training import Batch, FusedLabelSmoothing, LabelSmoothing, TokenBatchSampler, noam_optimizer, run_epoch
+from annotated_transformer.training import (
+    Batch,
+    FusedLabelSmoothing,
+    LabelSmoothing,
+    TokenBatchSampler,
+    noam_optimizer,
+    run_epoch,
+)
 from common import PAD, compare, profile_round, torch_transformer_steps
 
 
@@ -48,49 +60,102 @@ def wmt_like_batches(n_sentences: int, max_tokens: int, vocab: int, seed: int = 
 
     def padded(lengths: list[int]) -> torch.Tensor:
         ids = torch.randint(1, vocab, (len(lengths), max(lengths)), generator=g)
-        return ids.masked_fill(torch.arange(ids.size(1)) >= torch.tensor(lengths).unsqueeze(1), PAD)  # (B, L)
+        return ids.masked_fill(
+            torch.arange(ids.size(1)) >= torch.tensor(lengths).unsqueeze(1), PAD
+        )  # (B, L)
 
-    sampler = TokenBatchSampler([max(s, t) for s, t in zip(src_len, tgt_len)], max_tokens, seed=seed)
-    return [Batch(padded([src_len[i] for i in rows]), padded([tgt_len[i] for i in rows]), pad=PAD) for rows in sampler]
+    sampler = TokenBatchSampler(
+        [max(s, t) for s, t in zip(src_len, tgt_len)], max_tokens, seed=seed
+    )
+    return [
+        Batch(padded([src_len[i] for i in rows]), padded([tgt_len[i] for i in rows]), pad=PAD)
+        for rows in sampler
+    ]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--preset", default="base", help="model preset (base, big, tiny)")
-    parser.add_argument("--vocab", type=int, default=37000, help="shared vocabulary size (§5.1: about 37,000)")
-    parser.add_argument("--max-tokens", type=int, default=25000, help="padded tokens per batch (§5.1: about 25,000)")
+    parser.add_argument(
+        "--vocab", type=int, default=37000, help="shared vocabulary size (§5.1: about 37,000)"
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=25000, help="padded tokens per batch (§5.1: about 25,000)"
+    )
     parser.add_argument("--steps", type=int, default=10, help="training steps per timed round")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per setting")
-    parser.add_argument("--profile", metavar="SETTING", help="instead of timing, profile one round of this setting and print the operations by GPU time")
-    parser.add_argument("--peak-tflops", type=float, help="the device's peak bfloat16 TFLOP/s (default: looked up by GPU name)")
+    parser.add_argument(
+        "--profile",
+        metavar="SETTING",
+        help="instead of timing, profile one round of this setting and print the operations by GPU time",
+    )
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        help="the device's peak bfloat16 TFLOP/s (default: looked up by GPU name)",
+    )
     args = parser.parse_args()
 
     device = torch.device(args.device)
     peak = args.peak_tflops or bf16_peak_tflops(torch.cuda.get_device_name(device))
     torch.manual_seed(0)
-    base = replace(ModelConfig.preset(args.preset), share_embeddings=True).build(args.vocab, args.vocab).to(device)
+    base = (
+        replace(ModelConfig.preset(args.preset), share_embeddings=True)
+        .build(args.vocab, args.vocab)
+        .to(device)
+    )
     n_params = count_parameters(base)
-    batches = wmt_like_batches(4 * args.steps * args.max_tokens // 25, args.max_tokens, args.vocab)  # about 4 batches per timed step
-    full = [b for b in batches if b.src.size(0) * max(b.src.size(1), b.tgt.size(1) + 1) >= 0.9 * args.max_tokens]
+    batches = wmt_like_batches(
+        4 * args.steps * args.max_tokens // 25, args.max_tokens, args.vocab
+    )  # about 4 batches per timed step
+    full = [
+        b
+        for b in batches
+        if b.src.size(0) * max(b.src.size(1), b.tgt.size(1) + 1) >= 0.9 * args.max_tokens
+    ]
     steps = [b.to(device) for b in full[: args.steps]]
     tokens_per_round = sum(b.ntokens for b in steps)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    print(f"{args.preset} model, {n_params / 1e6:.1f}M parameters, on {name} (peak {peak:g} bf16 TFLOP/s); "
-          f"{args.steps} steps of {tokens_per_round / args.steps:,.0f} target tokens a round")
+    print(
+        f"{args.preset} model, {n_params / 1e6:.1f}M parameters, on {name} (peak {peak:g} bf16 TFLOP/s); "
+        f"{args.steps} steps of {tokens_per_round / args.steps:,.0f} target tokens a round"
+    )
     real = sum(int((b.src != PAD).sum()) + b.ntokens for b in steps)
     positions = sum(b.src.numel() + b.tgt_y.numel() for b in steps)
-    print(f"padding: {1 - real / positions:.1%} of the {positions:,} source and target positions a round are padding")
+    print(
+        f"padding: {1 - real / positions:.1%} of the {positions:,} source and target positions a round are padding"
+    )
 
-    def setting(precision: str, compile: bool, fused_adam: bool | None = None, fused_loss: bool = False):
+    def setting(
+        precision: str, compile: bool, fused_adam: bool | None = None, fused_loss: bool = False
+    ):
         model = copy.deepcopy(base)
-        optimizer, scheduler = noam_optimizer(model, model.src_embed[0].d_model, 1.0, 4000, fused=fused_adam)
-        trained = wrap_for_training(model, device, world=1, compile=compile)  # as train wraps it, alone
-        criterion = FusedLabelSmoothing(model.generator, PAD, 0.1) if fused_loss else LabelSmoothing(args.vocab, PAD, 0.1)
+        optimizer, scheduler = noam_optimizer(
+            model, model.src_embed[0].d_model, 1.0, 4000, fused=fused_adam
+        )
+        trained = wrap_for_training(
+            model, device, world=1, compile=compile
+        )  # as train wraps it, alone
+        criterion = (
+            FusedLabelSmoothing(model.generator, PAD, 0.1)
+            if fused_loss
+            else LabelSmoothing(args.vocab, PAD, 0.1)
+        )
 
         def run() -> int:
-            run_epoch(steps, trained, criterion, optimizer, scheduler, max_grad_norm=1.0, progress=False,
-                      autocast_dtype=PRECISIONS[precision])
+            run_epoch(
+                steps,
+                trained,
+                criterion,
+                optimizer,
+                scheduler,
+                max_grad_norm=1.0,
+                progress=False,
+                autocast_dtype=PRECISIONS[precision],
+            )
             return tokens_per_round  # run_epoch reads the losses back after its last step: the GPU has finished when it returns
 
         return run
@@ -103,18 +168,26 @@ def main() -> None:
         "bf16, fused loss": lambda: setting("bf16", False, fused_loss=True),
         "bf16 + torch.compile": lambda: setting("bf16", True),
         "bf16 + compile, fused loss": lambda: setting("bf16", True, fused_loss=True),
-        "nn.Transformer, bf16": lambda: torch_transformer_steps(cfg, args.vocab, steps, True, 1.0, torch.bfloat16),
-        "nn.Transformer, bf16 + compile": lambda: torch_transformer_steps(cfg, args.vocab, steps, True, 1.0, torch.bfloat16, compile=True),
+        "nn.Transformer, bf16": lambda: torch_transformer_steps(
+            cfg, args.vocab, steps, True, 1.0, torch.bfloat16
+        ),
+        "nn.Transformer, bf16 + compile": lambda: torch_transformer_steps(
+            cfg, args.vocab, steps, True, 1.0, torch.bfloat16, compile=True
+        ),
     }
     if args.profile:
         if args.profile not in settings:
             parser.error(f"--profile: choose one of {', '.join(map(repr, settings))}")
         profile_round(settings[args.profile](), device)
         return
-    rates = compare({label: make() for label, make in settings.items()}, args.rounds, "target tokens/s")
+    rates = compare(
+        {label: make() for label, make in settings.items()}, args.rounds, "target tokens/s"
+    )
     for label, rate in rates.items():
         print(f"{label:>32}: MFU {model_flops_utilization(n_params, rate, peak):6.1%}")
-    ours = max((rate, label) for label, rate in rates.items() if not label.startswith("nn.Transformer"))
+    ours = max(
+        (rate, label) for label, rate in rates.items() if not label.startswith("nn.Transformer")
+    )
     peer = max((rate, label) for label, rate in rates.items() if label.startswith("nn.Transformer"))
     print(f"ours ({ours[1]}) / peer ({peer[1]}): {ours[0] / peer[0]:.2f}x")
 

@@ -21,10 +21,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from annotated_transformer.model import Embeddings, Generator, ModelConfig, PositionalEncoding, subsequent_mask
+from annotated_transformer.model import (
+    Embeddings,
+    Generator,
+    ModelConfig,
+    PositionalEncoding,
+    subsequent_mask,
+)
 from common import PAD, compare, make_batches
 
-SIZES = {"multi30k": ModelConfig(N=3, d_model=256, d_ff=1024, h=8), "base": ModelConfig(), "tiny": ModelConfig.preset("tiny")}
+SIZES = {
+    "multi30k": ModelConfig(N=3, d_model=256, d_ff=1024, h=8),
+    "base": ModelConfig(),
+    "tiny": ModelConfig.preset("tiny"),
+}
 
 
 class TorchTransformer(nn.Module):
@@ -32,12 +42,25 @@ class TorchTransformer(nn.Module):
 
     def __init__(self, src_vocab: int, tgt_vocab: int, cfg: ModelConfig):
         super().__init__()
-        self.src_embed = nn.Sequential(Embeddings(cfg.d_model, src_vocab), PositionalEncoding(cfg.d_model, cfg.dropout))
-        self.tgt_embed = nn.Sequential(Embeddings(cfg.d_model, tgt_vocab), PositionalEncoding(cfg.d_model, cfg.dropout))
-        self.transformer = nn.Transformer(
-            cfg.d_model, cfg.h, cfg.N, cfg.N, cfg.d_ff, cfg.dropout, batch_first=True, norm_first=cfg.norm_first
+        self.src_embed = nn.Sequential(
+            Embeddings(cfg.d_model, src_vocab), PositionalEncoding(cfg.d_model, cfg.dropout)
         )
-        if not cfg.norm_first:  # post-norm: the last layer already ends with a LayerNorm, as in ours
+        self.tgt_embed = nn.Sequential(
+            Embeddings(cfg.d_model, tgt_vocab), PositionalEncoding(cfg.d_model, cfg.dropout)
+        )
+        self.transformer = nn.Transformer(
+            cfg.d_model,
+            cfg.h,
+            cfg.N,
+            cfg.N,
+            cfg.d_ff,
+            cfg.dropout,
+            batch_first=True,
+            norm_first=cfg.norm_first,
+        )
+        if (
+            not cfg.norm_first
+        ):  # post-norm: the last layer already ends with a LayerNorm, as in ours
             self.transformer.encoder.norm = self.transformer.decoder.norm = None
         self.generator = Generator(cfg.d_model, tgt_vocab)
 
@@ -69,7 +92,9 @@ def train_steps(model: nn.Module, forward, optimizer: torch.optim.Optimizer, bat
         tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
         logp = model.generator(forward(model, src, tgt_in))  # (B, T, V)
         n = int((tgt_out != PAD).sum())
-        loss = F.nll_loss(logp.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD, reduction="sum") / n
+        loss = (
+            F.nll_loss(logp.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD, reduction="sum") / n
+        )
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -78,9 +103,13 @@ def train_steps(model: nn.Module, forward, optimizer: torch.optim.Optimizer, bat
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--preset", default="multi30k", choices=list(SIZES), help="model sizes")
-    parser.add_argument("--norm-first", action="store_true", help="pre-norm instead of the paper's post-norm")
+    parser.add_argument(
+        "--norm-first", action="store_true", help="pre-norm instead of the paper's post-norm"
+    )
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--batch", type=int, default=32, help="sentences per batch")
     parser.add_argument("--max-len", type=int, default=30, help="longest sentence, in tokens")
@@ -93,7 +122,9 @@ def main() -> None:
     ours = cfg.build(args.vocab, args.vocab).train()
     theirs = TorchTransformer(args.vocab, args.vocab, cfg).train()
     n_ours, n_theirs = (sum(p.numel() for p in m.parameters()) for m in (ours, theirs))
-    assert n_ours == n_theirs, f"the two models must have the same size, got {n_ours} and {n_theirs}"
+    assert n_ours == n_theirs, (
+        f"the two models must have the same size, got {n_ours} and {n_theirs}"
+    )
     adam = lambda m: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     opt_ours, opt_theirs = adam(ours), adam(theirs)
     batches = make_batches(args.steps, args.batch, args.max_len, args.vocab)
@@ -105,12 +136,16 @@ def main() -> None:
     medians = compare(
         {
             "ours": lambda: train_steps(ours, ours_forward, opt_ours, batches),
-            "torch.nn.Transformer": lambda: train_steps(theirs, lambda m, s, t: m(s, t), opt_theirs, batches),
+            "torch.nn.Transformer": lambda: train_steps(
+                theirs, lambda m, s, t: m(s, t), opt_theirs, batches
+            ),
         },
         args.rounds,
         "target tokens/s",
     )
-    print(f"ratio ours / torch.nn.Transformer: {medians['ours'] / medians['torch.nn.Transformer']:.2f}x")
+    print(
+        f"ratio ours / torch.nn.Transformer: {medians['ours'] / medians['torch.nn.Transformer']:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -30,7 +30,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from annotated_transformer.model import ModelConfig, MultiHeadedAttention
-from annotated_transformer.training import Batch, FusedLabelSmoothing, LabelSmoothing, noam_optimizer, run_epoch, smoothed_targets
+from annotated_transformer.training import (
+    Batch,
+    FusedLabelSmoothing,
+    LabelSmoothing,
+    noam_optimizer,
+    run_epoch,
+    smoothed_targets,
+)
 from common import PAD, compare, make_batches, profile_round, torch_transformer_steps
 
 
@@ -42,7 +49,9 @@ class MaterializedLabelSmoothing(nn.Module):
         self.size, self.padding_idx, self.smoothing = size, padding_idx, smoothing
 
     def forward(self, x: Tensor, target: Tensor) -> Tensor:
-        q = smoothed_targets(target, self.size, self.padding_idx, self.smoothing).to(x.device)  # (N, V)
+        q = smoothed_targets(target, self.size, self.padding_idx, self.smoothing).to(
+            x.device
+        )  # (N, V)
         return F.kl_div(x, q, reduction="sum")
 
 
@@ -54,13 +63,17 @@ def use_readable_attention(model: nn.Module) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--batch", type=int, default=32, help="sentences per batch")
     parser.add_argument("--max-len", type=int, default=30, help="longest sentence, in tokens")
     parser.add_argument("--steps", type=int, default=5, help="steps per timed round")
     parser.add_argument("--rounds", type=int, default=7, help="timed rounds per variant")
-    parser.add_argument("--profile", metavar="VARIANT", help="instead of timing, profile one round of this variant")
+    parser.add_argument(
+        "--profile", metavar="VARIANT", help="instead of timing, profile one round of this variant"
+    )
     args = parser.parse_args()
 
     cfg = ModelConfig(N=3, d_model=256, d_ff=1024, h=8)  # Multi30k-sized
@@ -68,7 +81,10 @@ def main() -> None:
     ours = cfg.build(args.vocab, args.vocab)
     every, fused, plain = copy.deepcopy(ours), copy.deepcopy(ours), copy.deepcopy(ours)
     use_readable_attention(plain)
-    batches = [Batch(src, tgt, pad=PAD) for src, tgt in make_batches(args.steps, args.batch, args.max_len, args.vocab)]
+    batches = [
+        Batch(src, tgt, pad=PAD)
+        for src, tgt in make_batches(args.steps, args.batch, args.max_len, args.vocab)
+    ]
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; N={cfg.N} d_model={cfg.d_model}, vocabulary "
         f"{args.vocab}; {args.steps} steps of {args.batch} sentences <= {args.max_len} tokens per round"
@@ -79,14 +95,24 @@ def main() -> None:
         optimizer, scheduler = noam_optimizer(model, cfg.d_model, warmup=4000)
 
         def run() -> int:
-            run_epoch(batches, model, criterion, optimizer, scheduler, progress=False, read_every=read_every)
+            run_epoch(
+                batches,
+                model,
+                criterion,
+                optimizer,
+                scheduler,
+                progress=False,
+                read_every=read_every,
+            )
             return sum(b.ntokens for b in batches)
 
         return run
 
     variants = {
         "ours": lambda: trainer(ours, LabelSmoothing(args.vocab, PAD, 0.1)),
-        "ours, loss read every batch": lambda: trainer(every, LabelSmoothing(args.vocab, PAD, 0.1), read_every=1),
+        "ours, loss read every batch": lambda: trainer(
+            every, LabelSmoothing(args.vocab, PAD, 0.1), read_every=1
+        ),
         "ours, fused loss": lambda: trainer(fused, FusedLabelSmoothing(fused.generator, PAD, 0.1)),
         "straightforward": lambda: trainer(plain, MaterializedLabelSmoothing(args.vocab, PAD, 0.1)),
         "nn.Transformer": lambda: torch_transformer_steps(cfg, args.vocab, batches),
@@ -96,12 +122,18 @@ def main() -> None:
             parser.error(f"--profile: choose one of {', '.join(map(repr, variants))}")
         profile_round(variants[args.profile](), torch.device("cpu"))
         return
-    rates = compare({name: make() for name, make in variants.items()}, args.rounds, "target tokens/s")
-    print(f"ours / ours, loss read every batch: {rates['ours'] / rates['ours, loss read every batch']:.2f}x; "
-          f"ours, fused loss / ours: {rates['ours, fused loss'] / rates['ours']:.2f}x")
+    rates = compare(
+        {name: make() for name, make in variants.items()}, args.rounds, "target tokens/s"
+    )
+    print(
+        f"ours / ours, loss read every batch: {rates['ours'] / rates['ours, loss read every batch']:.2f}x; "
+        f"ours, fused loss / ours: {rates['ours, fused loss'] / rates['ours']:.2f}x"
+    )
     for name in ("ours", "ours, fused loss"):
-        print(f"{name} / straightforward: {rates[name] / rates['straightforward']:.2f}x; "
-              f"{name} / nn.Transformer: {rates[name] / rates['nn.Transformer']:.2f}x")
+        print(
+            f"{name} / straightforward: {rates[name] / rates['straightforward']:.2f}x; "
+            f"{name} / nn.Transformer: {rates[name] / rates['nn.Transformer']:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -39,10 +39,30 @@ def train_checkpoint(folder: Path, epochs: int) -> Path:
     write_split(folder, "train", pairs[:176])
     write_split(folder, "val", pairs[176:])
     out = folder / "run"
-    with warnings.catch_warnings():  # made-up data on purpose: no warning that it differs from the published Multi30k
+    with (
+        warnings.catch_warnings()
+    ):  # made-up data on purpose: no warning that it differs from the published Multi30k
         warnings.filterwarnings("ignore", message="Multi30k file differs from the published one")
-        status = cli(["train", "--out", str(out), "--data-dir", str(folder), "--model", "tiny", "--epochs", str(epochs),
-                      "--max-tokens", "400", "--warmup", "50", "--quiet", "--device", "cpu"])
+        status = cli(
+            [
+                "train",
+                "--out",
+                str(out),
+                "--data-dir",
+                str(folder),
+                "--model",
+                "tiny",
+                "--epochs",
+                str(epochs),
+                "--max-tokens",
+                "400",
+                "--warmup",
+                "50",
+                "--quiet",
+                "--device",
+                "cpu",
+            ]
+        )
     if status != 0:
         sys.exit(f"bench_translate_memory.py: training the checkpoint failed (status {status})")
     return out / "last.pt"
@@ -51,12 +71,29 @@ def train_checkpoint(folder: Path, epochs: int) -> Path:
 def peak_rss(checkpoint: Path, lines: int, buffer_size: int) -> tuple[int, float]:
     "Pipe `lines` sentences through a fresh `translate`; return its peak resident set size (KiB) and its lines per second."
     sentences = [de for de, _ in synthetic_pairs()]
-    command = [sys.executable, "-m", "annotated_transformer.cli", "translate", "--checkpoint", str(checkpoint),
-               "--buffer-size", str(buffer_size), "--device", "cpu"]
+    command = [
+        sys.executable,
+        "-m",
+        "annotated_transformer.cli",
+        "translate",
+        "--checkpoint",
+        str(checkpoint),
+        "--buffer-size",
+        str(buffer_size),
+        "--device",
+        "cpu",
+    ]
     start = time.perf_counter()
-    child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    child = subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
-    def feed() -> None:  # a line at a time, from a thread: the child reads while we write, as in a shell pipeline
+    def feed() -> (
+        None
+    ):  # a line at a time, from a thread: the child reads while we write, as in a shell pipeline
         for i in range(lines):
             child.stdin.write(f"{sentences[i % len(sentences)]}\n".encode())
         child.stdin.close()
@@ -65,27 +102,54 @@ def peak_rss(checkpoint: Path, lines: int, buffer_size: int) -> tuple[int, float
     writer.start()
     printed = sum(1 for _ in child.stdout)
     writer.join()
-    _, status, usage = os.wait4(child.pid, 0)  # this child's own peak, not the largest of all children so far
+    _, status, usage = os.wait4(
+        child.pid, 0
+    )  # this child's own peak, not the largest of all children so far
     child.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - start
     if child.returncode != 0 or printed != lines:
-        sys.exit(f"bench_translate_memory.py: translate exited with status {child.returncode}, {printed} lines for {lines}")
+        sys.exit(
+            f"bench_translate_memory.py: translate exited with status {child.returncode}, {printed} lines for {lines}"
+        )
     return usage.ru_maxrss, lines / seconds  # ru_maxrss: KiB on Linux
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", type=Path, help="a checkpoint written by train (default: train a tiny one first)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="a checkpoint written by train (default: train a tiny one first)",
+    )
     parser.add_argument("--lines", type=int, default=100_000, help="lines of the long input")
-    parser.add_argument("--baseline-lines", type=int, default=1_000, help="lines of the short input")
+    parser.add_argument(
+        "--baseline-lines", type=int, default=1_000, help="lines of the short input"
+    )
     parser.add_argument("--buffer-size", type=int, default=100, help="translate's --buffer-size")
-    parser.add_argument("--rounds", type=int, default=1, help="measurements of each input, alternating which goes first")
-    parser.add_argument("--no-control", action="store_true", help="skip the control (the long input as one chunk)")
-    parser.add_argument("--epochs", type=int, default=8, help="epochs of the checkpoint trained without --checkpoint")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measurements of each input, alternating which goes first",
+    )
+    parser.add_argument(
+        "--no-control", action="store_true", help="skip the control (the long input as one chunk)"
+    )
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=8,
+        help="epochs of the checkpoint trained without --checkpoint",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         checkpoint = args.checkpoint or train_checkpoint(Path(folder), args.epochs)
-        runs = {"short": (args.baseline_lines, args.buffer_size), "long": (args.lines, args.buffer_size)}
+        runs = {
+            "short": (args.baseline_lines, args.buffer_size),
+            "long": (args.lines, args.buffer_size),
+        }
         if not args.no_control:
             runs["control"] = (args.lines, args.lines)
         peaks: dict[str, list[int]] = {name: [] for name in runs}
@@ -94,13 +158,20 @@ def main() -> None:
                 lines, buffer_size = runs[name]
                 peak, rate = peak_rss(checkpoint, lines, buffer_size)
                 peaks[name].append(peak)
-                print(f"round {r + 1}/{args.rounds}: {lines:>9,} lines, --buffer-size {buffer_size:>9,}: peak RSS {peak / 1024:7.1f} MiB, "
-                      f"{rate:7,.0f} lines/s", flush=True)
+                print(
+                    f"round {r + 1}/{args.rounds}: {lines:>9,} lines, --buffer-size {buffer_size:>9,}: peak RSS {peak / 1024:7.1f} MiB, "
+                    f"{rate:7,.0f} lines/s",
+                    flush=True,
+                )
     peak = {name: statistics.median(values) for name, values in peaks.items()}
-    print(f"peak RSS, {args.baseline_lines:,} lines: {peak['short'] / 1024:.1f} MiB; {args.lines:,} lines: {peak['long'] / 1024:.1f} MiB; "
-          f"ratio {peak['long'] / peak['short']:.3f} (--buffer-size {args.buffer_size}, greedy)")
+    print(
+        f"peak RSS, {args.baseline_lines:,} lines: {peak['short'] / 1024:.1f} MiB; {args.lines:,} lines: {peak['long'] / 1024:.1f} MiB; "
+        f"ratio {peak['long'] / peak['short']:.3f} (--buffer-size {args.buffer_size}, greedy)"
+    )
     if "control" in peak:
-        print(f"control, {args.lines:,} lines in one chunk: {peak['control'] / 1024:.1f} MiB; ratio {peak['control'] / peak['short']:.3f}")
+        print(
+            f"control, {args.lines:,} lines in one chunk: {peak['control'] / 1024:.1f} MiB; ratio {peak['control'] / peak['short']:.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -17,7 +17,9 @@ from annotated_transformer.training import Batch, noam_optimizer
 PAD = 0
 
 
-def make_batches(n: int, batch: int, max_len: int, vocab: int, seed: int = 0) -> list[tuple[Tensor, Tensor]]:
+def make_batches(
+    n: int, batch: int, max_len: int, vocab: int, seed: int = 0
+) -> list[tuple[Tensor, Tensor]]:
     "n pairs of (src, tgt) id batches (B, max_len), lengths uniform in [max_len/2, max_len], right-padded with PAD."
     g = torch.Generator().manual_seed(seed)
 
@@ -40,7 +42,10 @@ def compare(runs: dict[str, Callable[[], int]], rounds: int, label: str) -> dict
             start = time.perf_counter()
             tokens = runs[name]()
             rates[name].append(tokens / (time.perf_counter() - start))
-        print(f"round {r + 1}/{rounds}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in rates.items()), flush=True)
+        print(
+            f"round {r + 1}/{rounds}: " + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in rates.items()),
+            flush=True,
+        )
     medians = {name: statistics.median(v) for name, v in rates.items()}
     for name, rate in medians.items():
         print(f"{name:>32}: {rate:10,.0f} {label} (median of {rounds} rounds)")
@@ -58,22 +63,46 @@ class TorchTransformer(nn.Module):
         self.src_embed = nn.Embedding(src_vocab, cfg.d_model)
         self.tgt_embed = self.src_embed if tied else nn.Embedding(tgt_vocab, cfg.d_model)
         self.pos = PositionalEncoding(cfg.d_model, cfg.dropout, cfg.max_len)
-        self.transformer = nn.Transformer(cfg.d_model, cfg.h, cfg.N, cfg.N, cfg.d_ff, cfg.dropout, batch_first=True, norm_first=cfg.norm_first)
+        self.transformer = nn.Transformer(
+            cfg.d_model,
+            cfg.h,
+            cfg.N,
+            cfg.N,
+            cfg.d_ff,
+            cfg.dropout,
+            batch_first=True,
+            norm_first=cfg.norm_first,
+        )
         self.out = nn.Linear(cfg.d_model, tgt_vocab)
         if tied:
             self.out.weight = self.src_embed.weight
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         "Logits (B, T, V) for source ids (B, S) and shifted target ids (B, T)."
-        causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1), device=tgt.device, dtype=torch.bool)  # True above the diagonal
-        h = self.transformer(self.pos(self.src_embed(src) * self.d_model**0.5), self.pos(self.tgt_embed(tgt) * self.d_model**0.5),
-                             tgt_mask=causal, tgt_is_causal=True,  # said, so that PyTorch need not check the mask (a host sync)
-                             src_key_padding_mask=src == PAD, tgt_key_padding_mask=tgt == PAD, memory_key_padding_mask=src == PAD)  # (B, T, D)
+        causal = nn.Transformer.generate_square_subsequent_mask(
+            tgt.size(1), device=tgt.device, dtype=torch.bool
+        )  # True above the diagonal
+        h = self.transformer(
+            self.pos(self.src_embed(src) * self.d_model**0.5),
+            self.pos(self.tgt_embed(tgt) * self.d_model**0.5),
+            tgt_mask=causal,
+            tgt_is_causal=True,  # said, so that PyTorch need not check the mask (a host sync)
+            src_key_padding_mask=src == PAD,
+            tgt_key_padding_mask=tgt == PAD,
+            memory_key_padding_mask=src == PAD,
+        )  # (B, T, D)
         return self.out(h)
 
 
-def torch_transformer_steps(cfg: ModelConfig, vocab: int, batches: list[Batch], tied: bool = False, max_grad_norm: float | None = None,
-                            autocast_dtype: torch.dtype | None = None, compile: bool = False) -> Callable[[], int]:
+def torch_transformer_steps(
+    cfg: ModelConfig,
+    vocab: int,
+    batches: list[Batch],
+    tied: bool = False,
+    max_grad_norm: float | None = None,
+    autocast_dtype: torch.dtype | None = None,
+    compile: bool = False,
+) -> Callable[[], int]:
     """A round of training steps of the peer, one per batch: F.cross_entropy with label_smoothing=0.1 (PyTorch's
     convention spreads the smoothing over all V classes, padding included; ours over V - 2), the same Adam and
     schedule, no host synchronisation. Returns a callable that runs the round and returns its target tokens."""
@@ -85,9 +114,17 @@ def torch_transformer_steps(cfg: ModelConfig, vocab: int, batches: list[Batch], 
     def run() -> int:
         model.train()
         for b in batches:
-            with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            with torch.autocast(
+                device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None
+            ):
                 logits = forward(b.src, b.tgt)  # (B, T, V)
-                loss = F.cross_entropy(logits.flatten(0, 1), b.tgt_y.flatten(), ignore_index=PAD, label_smoothing=0.1, reduction="sum")
+                loss = F.cross_entropy(
+                    logits.flatten(0, 1),
+                    b.tgt_y.flatten(),
+                    ignore_index=PAD,
+                    label_smoothing=0.1,
+                    reduction="sum",
+                )
             (loss / b.ntokens).backward()
             if max_grad_norm is not None:
                 nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)

@@ -26,8 +26,27 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_split(folder, "train", pairs[:160])
     write_split(folder, "val", pairs[160:176])
     out = tmp_path_factory.mktemp("run") / "run"
-    assert main(["train", "--out", str(out), "--data-dir", str(folder), "--epochs", "1", "--model", "tiny", "--max-tokens", "400",
-                 "--warmup", "20", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--out",
+                str(out),
+                "--data-dir",
+                str(folder),
+                "--epochs",
+                "1",
+                "--model",
+                "tiny",
+                "--max-tokens",
+                "400",
+                "--warmup",
+                "20",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     return out / "last.pt"
 
 
@@ -36,7 +55,10 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("MULTI30K_DIR", raising=False)
     # These files differ from the published ones on purpose: the commands the tests start need not warn about it
     # (a warning on their stderr would read as output of theirs; in this process pytest collects it instead).
-    monkeypatch.setenv("PYTHONWARNINGS", ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), SYNTHETIC_DIFFERS])))
+    monkeypatch.setenv(
+        "PYTHONWARNINGS",
+        ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), SYNTHETIC_DIFFERS])),
+    )
     pairs = synthetic_pairs()
     folder = tmp_path / "multi30k"
     folder.mkdir()

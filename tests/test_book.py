@@ -43,7 +43,9 @@ def render():
 
 
 def first_code_cell(nb_path: Path) -> str:
-    return next(c.source for c in nbformat.read(nb_path, as_version=4).cells if c.cell_type == "code")
+    return next(
+        c.source for c in nbformat.read(nb_path, as_version=4).cells if c.cell_type == "code"
+    )
 
 
 def run_install_cell(source: str, monkeypatch: pytest.MonkeyPatch, on_colab: bool) -> list:
@@ -64,7 +66,9 @@ def test_every_notebook_starts_with_the_same_hidden_colab_install_cell() -> None
     assert next(iter(cells.values())).startswith("#| hide\n")
 
 
-def test_the_install_cell_does_nothing_here_and_installs_the_repository_on_colab(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_install_cell_does_nothing_here_and_installs_the_repository_on_colab(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     source = first_code_cell(NOTEBOOKS[1])
     assert run_install_cell(source, monkeypatch, on_colab=False) == []
     [(args, kwargs)] = run_install_cell(source, monkeypatch, on_colab=True)
@@ -76,89 +80,149 @@ def test_the_install_cell_does_nothing_here_and_installs_the_repository_on_colab
 
 def test_the_notebooks_extra_has_what_the_notebooks_import_beyond_the_library() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    installed = {req.split(">")[0].split("=")[0].split(";")[0].strip().replace("-", "_")
-                 for req in project["dependencies"] + project["optional-dependencies"]["notebooks"]}
-    provides = {"sentencepiece": "sentencepiece", "nbdev": "nbdev", "fastcore": "nbdev"}  # import name -> distribution
+    installed = {
+        req.split(">")[0].split("=")[0].split(";")[0].strip().replace("-", "_")
+        for req in project["dependencies"] + project["optional-dependencies"]["notebooks"]
+    }
+    provides = {
+        "sentencepiece": "sentencepiece",
+        "nbdev": "nbdev",
+        "fastcore": "nbdev",
+    }  # import name -> distribution
     imported = set()
     for nb in NOTEBOOKS:
         for cell in nbformat.read(nb, as_version=4).cells:
             if cell.cell_type == "code":
-                tree = ast.parse("\n".join(line for line in cell.source.splitlines() if not line.startswith("#|")))
-                imported |= {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-                imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+                tree = ast.parse(
+                    "\n".join(
+                        line for line in cell.source.splitlines() if not line.startswith("#|")
+                    )
+                )
+                imported |= {
+                    alias.name.split(".")[0]
+                    for node in ast.walk(tree)
+                    if isinstance(node, ast.Import)
+                    for alias in node.names
+                }
+                imported |= {
+                    node.module.split(".")[0]
+                    for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and node.module and not node.level
+                }
     third_party = imported - set(sys.stdlib_module_names) - {"annotated_transformer", "google"}
     missing = {name for name in third_party if provides.get(name, name) not in installed}
-    assert not missing, f"the notebooks import {missing}, which `pip install .[notebooks]` does not install"
+    assert not missing, (
+        f"the notebooks import {missing}, which `pip install .[notebooks]` does not install"
+    )
 
 
 def test_the_chapter_table_has_a_colab_badge_for_every_chapter(render) -> None:
-    table = next(c.source for c in nbformat.read(NOTEBOOKS[0], as_version=4).cells if "| notebook | module |" in c.source)
+    table = next(
+        c.source
+        for c in nbformat.read(NOTEBOOKS[0], as_version=4).cells
+        if "| notebook | module |" in c.source
+    )
     readme = (ROOT / "README.md").read_text()
     for nb in NOTEBOOKS[1:]:
-        [row] = [line for line in table.splitlines() if line.startswith(f"| [Part") and f"]({nb.name})" in line]
+        [row] = [
+            line
+            for line in table.splitlines()
+            if line.startswith(f"| [Part") and f"]({nb.name})" in line
+        ]
         badge = f"[![Open in Colab]({render.COLAB_BADGE})]({render.colab_url(nb)})"
         assert badge in row, f"{nb.name}: no Colab badge in its row of the chapter table"
         assert badge in readme
     assert render.colab_url(NOTEBOOKS[1]) == (
-        "https://colab.research.google.com/github/annotated-transformer/annotated-transformer/blob/main/nbs/01_model.ipynb")
+        "https://colab.research.google.com/github/annotated-transformer/annotated-transformer/blob/main/nbs/01_model.ipynb"
+    )
 
 
-@pytest.mark.parametrize("source, imports", [
-    ("from __future__ import annotations\n\nimport torch\nfrom torch import (\n    nn,\n    Tensor,\n)", True),
-    ("import torch\ntorch.manual_seed(0)", False),
-    ("# only a comment", False),
-    ("def f(:", False),
-])
+@pytest.mark.parametrize(
+    "source, imports",
+    [
+        (
+            "from __future__ import annotations\n\nimport torch\nfrom torch import (\n    nn,\n    Tensor,\n)",
+            True,
+        ),
+        ("import torch\ntorch.manual_seed(0)", False),
+        ("# only a comment", False),
+        ("def f(:", False),
+    ],
+)
 def test_import_cells_are_recognized(render, source: str, imports: bool) -> None:
     assert render.only_imports(source) is imports
 
 
 def test_prepare_drops_hidden_cells_and_directives_and_labels_exported_ones(render) -> None:
-    nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("# Title"),
-        nbformat.v4.new_code_cell("#| default_exp model"),
-        nbformat.v4.new_code_cell("#| hide\nimport secret"),
-        nbformat.v4.new_code_cell("#| export\nimport torch"),
-        nbformat.v4.new_code_cell("#| export\ndef f():\n    return 1"),
-        nbformat.v4.new_code_cell("f()"),
-    ])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_markdown_cell("# Title"),
+            nbformat.v4.new_code_cell("#| default_exp model"),
+            nbformat.v4.new_code_cell("#| hide\nimport secret"),
+            nbformat.v4.new_code_cell("#| export\nimport torch"),
+            nbformat.v4.new_code_cell("#| export\ndef f():\n    return 1"),
+            nbformat.v4.new_code_cell("f()"),
+        ]
+    )
     render.prepare(nb)
-    assert [c.source for c in nb.cells] == ["# Title", "import torch", "def f():\n    return 1", "f()"]
+    assert [c.source for c in nb.cells] == [
+        "# Title",
+        "import torch",
+        "def f():\n    return 1",
+        "f()",
+    ]
     assert nb.cells[1].metadata["book"] == {"imports": "Imports of annotated_transformer/model.py"}
     assert nb.cells[2].metadata["book"] == {"module": "annotated_transformer/model.py"}
     assert "book" not in nb.cells[3].metadata
 
 
 def test_the_table_of_contents_nests_by_heading_level(render) -> None:
-    body = ('<h1 id="t">Title</h1><h2 id="a">A<a class="anchor-link" href="#a">¶</a></h2><h3 id="a.1">A &amp; 1</h3>'
-            '<h4 id="x">x</h4><h2 id="b">B</h2>')
+    body = (
+        '<h1 id="t">Title</h1><h2 id="a">A<a class="anchor-link" href="#a">¶</a></h2><h3 id="a.1">A &amp; 1</h3>'
+        '<h4 id="x">x</h4><h2 id="b">B</h2>'
+    )
     sections = render.headings(body)
     assert sections == [(2, "a", "A"), (3, "a.1", "A & 1"), (4, "x", "x"), (2, "b", "B")]
-    assert render.toc(sections) == ('<ul class="book-toc"><li><a href="#a">A</a></li><ul><li><a href="#a.1">A &amp; 1</a></li>'
-                                    '<ul><li><a href="#x">x</a></li></ul></ul><li><a href="#b">B</a></li></ul>')
+    assert render.toc(sections) == (
+        '<ul class="book-toc"><li><a href="#a">A</a></li><ul><li><a href="#a.1">A &amp; 1</a></li>'
+        '<ul><li><a href="#x">x</a></li></ul></ul><li><a href="#b">B</a></li></ul>'
+    )
 
 
 def fake_katex(extra: dict[str, bytes]) -> bytes:
     "A gzipped tarball laid out like npm's katex package."
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, data in {"package/dist/katex.min.js": b"js", "package/dist/fonts/KaTeX_Main-Regular.woff2": b"font",
-                           "package/dist/fonts/KaTeX_Main-Regular.ttf": b"ttf", "package/LICENSE": b"MIT", **extra}.items():
+        for name, data in {
+            "package/dist/katex.min.js": b"js",
+            "package/dist/fonts/KaTeX_Main-Regular.woff2": b"font",
+            "package/dist/fonts/KaTeX_Main-Regular.ttf": b"ttf",
+            "package/LICENSE": b"MIT",
+            **extra,
+        }.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return gzip.compress(buffer.getvalue())
 
 
-def test_katex_is_unpacked_file_by_file_and_a_tampered_download_is_refused(render, tmp_path: Path, monkeypatch) -> None:
+def test_katex_is_unpacked_file_by_file_and_a_tampered_download_is_refused(
+    render, tmp_path: Path, monkeypatch
+) -> None:
     tarball = tmp_path / "katex.tgz"
-    tarball.write_bytes(fake_katex({"package/../../escape.js": b"x", "package/dist/README.md": b"readme"}))
+    tarball.write_bytes(
+        fake_katex({"package/../../escape.js": b"x", "package/dist/README.md": b"readme"})
+    )
     monkeypatch.setenv("KATEX_TARBALL", str(tarball))
     with pytest.raises(SystemExit, match="not KaTeX 0.19.1 .its sha512 differs from npm's"):
         render.katex_tarball()
     monkeypatch.setattr(render, "katex_tarball", lambda: tarball.read_bytes())
     render.install_katex(tmp_path / "site")
-    files = sorted(p.relative_to(tmp_path / "site").as_posix() for p in (tmp_path / "site").rglob("*") if p.is_file())
+    files = sorted(
+        p.relative_to(tmp_path / "site").as_posix()
+        for p in (tmp_path / "site").rglob("*")
+        if p.is_file()
+    )
     assert files == ["katex/LICENSE", "katex/fonts/KaTeX_Main-Regular.woff2", "katex/katex.min.js"]
     assert not (tmp_path.parent / "escape.js").exists()
 
@@ -166,6 +230,11 @@ def test_katex_is_unpacked_file_by_file_and_a_tampered_download_is_refused(rende
 def test_the_quarto_configuration_lists_every_chapter() -> None:
     "For readers who render with Quarto (nbdev-preview, nbdev-docs): the files parse and the sidebar has every notebook, in order."
     quarto = yaml.safe_load((ROOT / "nbs" / "_quarto.yml").read_text())
-    assert quarto["project"]["type"] == "website" and set(quarto["metadata-files"]) == {"nbdev.yml", "sidebar.yml"}
-    sidebar = yaml.safe_load((ROOT / "nbs" / "sidebar.yml").read_text())["website"]["sidebar"]["contents"]
+    assert quarto["project"]["type"] == "website" and set(quarto["metadata-files"]) == {
+        "nbdev.yml",
+        "sidebar.yml",
+    }
+    sidebar = yaml.safe_load((ROOT / "nbs" / "sidebar.yml").read_text())["website"]["sidebar"][
+        "contents"
+    ]
     assert sidebar == [nb.name for nb in NOTEBOOKS]

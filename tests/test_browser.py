@@ -40,8 +40,14 @@ from annotated_transformer.visualization import AttentionMaps, AttentionView, at
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run"]  # no sandbox: CI runs as root; no network: the machine has none
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]  # no sandbox: CI runs as root; no network: the machine has none
 
 
 def notebooks() -> list[Path]:
@@ -52,7 +58,9 @@ def notebooks() -> list[Path]:
 def committed_images(nb: Path) -> int:
     "How many images the committed notebook's outputs hold."
     cells = json.loads(nb.read_text())["cells"]
-    return sum("image/png" in out.get("data", {}) for cell in cells for out in cell.get("outputs", []))
+    return sum(
+        "image/png" in out.get("data", {}) for cell in cells for out in cell.get("outputs", [])
+    )
 
 
 def formulas(nb: Path) -> int:
@@ -62,7 +70,9 @@ def formulas(nb: Path) -> int:
         if cell.cell_type == "markdown":
             text = re.sub(r"`[^`]*`", "", re.sub(r"```.*?```", "", cell.source, flags=re.DOTALL))
             count += len(re.findall(r"\$\$.+?\$\$", text, re.DOTALL))
-            count += len(re.findall(r"\$[^$]+\$", re.sub(r"\$\$.+?\$\$", "", text, flags=re.DOTALL)))
+            count += len(
+                re.findall(r"\$[^$]+\$", re.sub(r"\$\$.+?\$\$", "", text, flags=re.DOTALL))
+            )
     return count
 
 
@@ -77,7 +87,9 @@ def tutorial() -> Path:
     if os.environ.get("TUTORIAL_DIR"):
         return Path(os.environ["TUTORIAL_DIR"]).resolve()
     out = ARTIFACTS / "tutorial"
-    subprocess.run([sys.executable, str(ROOT / "tools" / "render.py"), "--out", str(out)], check=True)
+    subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "render.py"), "--out", str(out)], check=True
+    )
     return out
 
 
@@ -105,8 +117,10 @@ def remote_requests() -> list[str]:
 def page(browser, remote_requests: list[str]):
     "A page on which every request that is not for a local file is recorded and refused; the test fails if there was one."
     page = browser.new_page(viewport={"width": 1280, "height": 900})
-    page.route(lambda url: not url.startswith(("file:", "data:", "about:")),
-               lambda route: (remote_requests.append(route.request.url), route.abort()))
+    page.route(
+        lambda url: not url.startswith(("file:", "data:", "about:")),
+        lambda route: (remote_requests.append(route.request.url), route.abort()),
+    )
     yield page
     page.close()
     assert remote_requests == [], f"pages asked the network for {remote_requests}"
@@ -115,7 +129,9 @@ def page(browser, remote_requests: list[str]):
 def open_page(page, tutorial: Path, name: str, anchor: str = "") -> None:
     page.goto((tutorial / name).as_uri() + anchor)
     page.wait_for_load_state("load")
-    page.wait_for_function("document.documentElement.dataset.typeset === 'done'")  # book.js has typeset the formulas
+    page.wait_for_function(
+        "document.documentElement.dataset.typeset === 'done'"
+    )  # book.js has typeset the formulas
 
 
 def test_every_chapter_is_reachable_and_every_toc_link_resolves(tutorial: Path, page) -> None:
@@ -131,16 +147,28 @@ def test_every_chapter_is_reachable_and_every_toc_link_resolves(tutorial: Path, 
     assert visited == pages
     for name in pages:
         open_page(page, tutorial, name)
-        chapters = page.eval_on_selector_all(".book-chapters > li > a", "links => links.map(a => a.getAttribute('href'))")
+        chapters = page.eval_on_selector_all(
+            ".book-chapters > li > a", "links => links.map(a => a.getAttribute('href'))"
+        )
         assert chapters == pages, f"{name}: its sidebar lists {chapters}"
-        sections = page.eval_on_selector_all(".book-toc a", "links => links.map(a => a.getAttribute('href'))")
-        unresolved = page.evaluate("ids => ids.filter(h => !document.getElementById(decodeURIComponent(h.slice(1))))", sections)
+        sections = page.eval_on_selector_all(
+            ".book-toc a", "links => links.map(a => a.getAttribute('href'))"
+        )
+        unresolved = page.evaluate(
+            "ids => ids.filter(h => !document.getElementById(decodeURIComponent(h.slice(1))))",
+            sections,
+        )
         assert unresolved == [], f"{name}: table of contents links without a target: {unresolved}"
         if name != "index.html":
             assert len(sections) >= 3, f"{name}: its table of contents lists {sections}"
     open_page(page, tutorial, "01_model.html")
     page.locator(".book-toc a", has_text="3.2.2 Multi-Head Attention").click()
-    assert page.evaluate("document.getElementById(decodeURIComponent(location.hash.slice(1))).getBoundingClientRect().top") < 50
+    assert (
+        page.evaluate(
+            "document.getElementById(decodeURIComponent(location.hash.slice(1))).getBoundingClientRect().top"
+        )
+        < 50
+    )
     page.screenshot(path=ARTIFACTS / "book-multi-head-attention.png")
 
 
@@ -161,7 +189,9 @@ def test_math_is_typeset_everywhere_and_fully_in_part_1(tutorial: Path, page) ->
         open_page(page, tutorial, name)
         raw = re.findall(r"\$[^$]+\$", page.evaluate(PROSE_TEXT))
         assert raw == [], f"{name}: formulas left as LaTeX: {raw[:3]}"
-        assert page.locator(".katex-error").count() == 0, f"{name}: KaTeX could not typeset {page.locator('.katex-error').first.inner_text()}"
+        assert page.locator(".katex-error").count() == 0, (
+            f"{name}: KaTeX could not typeset {page.locator('.katex-error').first.inner_text()}"
+        )
     [part1] = [nb for nb in notebooks() if nb.name.startswith("01")]
     open_page(page, tutorial, "01_model.html")
     typeset = page.locator(".jp-MarkdownCell .katex").count()
@@ -174,14 +204,20 @@ def test_pages_read_as_a_book(tutorial: Path, page) -> None:
         name = nb.with_suffix(".html").name
         open_page(page, tutorial, name)
         text = page.locator("body").inner_text()
-        assert not re.search(r"(?m)^\s*#\|", text), f"{name} shows an nbdev directive"  # prose may name them, mid-line
-        assert not re.search(r"\b(In|Out)\s*\[\s*\d*\s*\]:", text), f"{name} shows execution counters"
+        assert not re.search(r"(?m)^\s*#\|", text), (
+            f"{name} shows an nbdev directive"
+        )  # prose may name them, mid-line
+        assert not re.search(r"\b(In|Out)\s*\[\s*\d*\s*\]:", text), (
+            f"{name} shows execution counters"
+        )
         colab = page.locator(".book-header a.book-colab")
         assert colab.get_attribute("href").endswith(f"/blob/main/nbs/{nb.name}")
         assert colab.locator("img").evaluate("img => img.complete && img.naturalWidth > 0")
         if name != "index.html":
             imports = page.locator("details.book-imports")
-            assert imports.count() >= 1 and not imports.first.evaluate("d => d.open"), f"{name}: its imports are not folded"
+            assert imports.count() >= 1 and not imports.first.evaluate("d => d.open"), (
+                f"{name}: its imports are not folded"
+            )
     page.emulate_media(media="print")
     assert page.locator(".book-sidebar").is_hidden() and page.locator(".book-pager").is_hidden()
     assert page.locator("main").evaluate("m => m.getBoundingClientRect().left") < 50
@@ -191,10 +227,18 @@ def test_images_are_loaded_and_no_output_shows_an_error(tutorial: Path, page) ->
     for nb in notebooks():
         name = nb.with_suffix(".html").name
         open_page(page, tutorial, name)
-        images = page.eval_on_selector_all("main img", "imgs => imgs.map(i => ({loaded: i.complete && i.naturalWidth > 0, src: i.src.slice(0, 40)}))")
+        images = page.eval_on_selector_all(
+            "main img",
+            "imgs => imgs.map(i => ({loaded: i.complete && i.naturalWidth > 0, src: i.src.slice(0, 40)}))",
+        )
         assert all(image["loaded"] for image in images), f"{name}: an image did not load: {images}"
-        assert len(images) >= committed_images(nb), f"{name}: {len(images)} images, the notebook has {committed_images(nb)}"
-        errors = page.eval_on_selector_all(".jp-OutputArea-output", "outs => outs.filter(o => o.innerText.includes('Traceback (most recent call last)')).length")
+        assert len(images) >= committed_images(nb), (
+            f"{name}: {len(images)} images, the notebook has {committed_images(nb)}"
+        )
+        errors = page.eval_on_selector_all(
+            ".jp-OutputArea-output",
+            "outs => outs.filter(o => o.innerText.includes('Traceback (most recent call last)')).length",
+        )
         assert errors == 0, f"{name}: {errors} output cells show a Python error"
     ARTIFACTS.mkdir(exist_ok=True)
     open_page(page, tutorial, "index.html")
@@ -205,7 +249,9 @@ def test_the_attention_chapter_shows_its_heatmaps(tutorial: Path, page) -> None:
     [chapter] = [nb for nb in notebooks() if nb.name.startswith("07")]
     open_page(page, tutorial, chapter.with_suffix(".html").name)
     images = page.locator(".jp-OutputArea-output img")
-    assert images.count() >= 7  # the checks' figure, the overview, the head measurements and four heatmap figures
+    assert (
+        images.count() >= 7
+    )  # the checks' figure, the overview, the head measurements and four heatmap figures
     sizes = images.evaluate_all("imgs => imgs.map(i => [i.naturalWidth, i.naturalHeight])")
     assert all(w > 200 and h > 100 for w, h in sizes), sizes
     images.nth(3).scroll_into_view_if_needed()
@@ -215,30 +261,53 @@ def test_the_attention_chapter_shows_its_heatmaps(tutorial: Path, page) -> None:
 
 def shown(view, column: str) -> list[tuple[str, str]]:
     "The tokens of one column of the view, with the weight written beside each."
-    return [tuple(pair) for pair in view.locator(f".av-{column} .av-token").evaluate_all(
-        "tokens => tokens.map(t => [t.querySelector('.av-text').textContent, t.querySelector('.av-weight').textContent])")]
+    return [
+        tuple(pair)
+        for pair in view.locator(f".av-{column} .av-token").evaluate_all(
+            "tokens => tokens.map(t => [t.querySelector('.av-text').textContent, t.querySelector('.av-weight').textContent])"
+        )
+    ]
 
 
 def check_view(view, expected) -> list[list[str]]:
     """Choose sentences, kinds, layers and heads; point at a query and at a key; compare what is shown with
     expected(sentence, kind, rows, cols) -> (N, h, Q, K) weights. Returns the weights shown, one list a choice."""
     sentences = view.locator(".av-sentence option").count()
-    layers, heads = view.locator(".av-layer option").count(), view.locator(".av-head option").count()
+    layers, heads = (
+        view.locator(".av-layer option").count(),
+        view.locator(".av-head option").count(),
+    )
     seen = []
-    for sentence, kind, layer, head in [(0, "encoder", 0, 0), (sentences - 1, "decoder_src", layers - 1, heads - 1),
-                                        (sentences - 1, "decoder_src", layers - 1, 0), (0, "decoder_self", layers - 1, heads // 2)]:
-        for name, value in [("sentence", sentence), ("kind", kind), ("layer", layer), ("head", head)]:
+    for sentence, kind, layer, head in [
+        (0, "encoder", 0, 0),
+        (sentences - 1, "decoder_src", layers - 1, heads - 1),
+        (sentences - 1, "decoder_src", layers - 1, 0),
+        (0, "decoder_self", layers - 1, heads // 2),
+    ]:
+        for name, value in [
+            ("sentence", sentence),
+            ("kind", kind),
+            ("layer", layer),
+            ("head", head),
+        ]:
             view.locator(f".av-{name}").select_option(str(value))
-        rows, cols = [token for token, _ in shown(view, "queries")], [token for token, _ in shown(view, "keys")]
+        rows, cols = (
+            [token for token, _ in shown(view, "queries")],
+            [token for token, _ in shown(view, "keys")],
+        )
         weights = expected(sentence, kind, rows, cols)[layer, head]  # (Q, K)
         query, key = len(rows) // 2, len(cols) // 2
         view.locator(".av-queries .av-token").nth(query).hover()
         written = [w for _, w in shown(view, "keys")]
         assert all(re.fullmatch(r"\d\.\d\d", w) for w in written), written
-        assert torch.allclose(torch.tensor([float(w) for w in written]), weights[query], atol=0.005 + 1e-6), (kind, written, weights[query])
+        assert torch.allclose(
+            torch.tensor([float(w) for w in written]), weights[query], atol=0.005 + 1e-6
+        ), (kind, written, weights[query])
         view.locator(".av-keys .av-token").nth(key).hover()
         written = [w for _, w in shown(view, "queries")]
-        assert torch.allclose(torch.tensor([float(w) for w in written]), weights[:, key], atol=0.005 + 1e-6), (kind, written, weights[:, key])
+        assert torch.allclose(
+            torch.tensor([float(w) for w in written]), weights[:, key], atol=0.005 + 1e-6
+        ), (kind, written, weights[:, key])
         seen.append(written)
     assert seen[1] != seen[2], "choosing another head changed nothing"
     return seen
@@ -247,17 +316,34 @@ def check_view(view, expected) -> list[list[str]]:
 def test_the_interactive_view_of_a_random_model_shows_its_weights(page, tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = ModelConfig(N=2, d_model=32, d_ff=64, h=4).build(20, 20)
-    sentences = [(torch.tensor([[1, 5, 6, 7, 8, 2]]), torch.tensor([[1, 9, 10, 11]])), (torch.tensor([[1, 12, 13, 2]]), torch.tensor([[1, 14, 15, 16, 17]]))]
-    maps = [AttentionMaps([f"s{i}" for i in src[0].tolist()], [f"t{i}" for i in tgt[0].tolist()], attention_weights(model, src, tgt, pad=0))
-            for src, tgt in sentences]
-    (tmp_path / "view.html").write_text(f"<html><body>{maps[0].to_html()}<hr>{AttentionView(maps).to_html()}</body></html>")
+    sentences = [
+        (torch.tensor([[1, 5, 6, 7, 8, 2]]), torch.tensor([[1, 9, 10, 11]])),
+        (torch.tensor([[1, 12, 13, 2]]), torch.tensor([[1, 14, 15, 16, 17]])),
+    ]
+    maps = [
+        AttentionMaps(
+            [f"s{i}" for i in src[0].tolist()],
+            [f"t{i}" for i in tgt[0].tolist()],
+            attention_weights(model, src, tgt, pad=0),
+        )
+        for src, tgt in sentences
+    ]
+    (tmp_path / "view.html").write_text(
+        f"<html><body>{maps[0].to_html()}<hr>{AttentionView(maps).to_html()}</body></html>"
+    )
     page.goto((tmp_path / "view.html").as_uri())
     assert page.locator(".attention-view").count() == 2  # two views on one page work independently
-    check_view(page.locator(".attention-view").nth(1), lambda s, kind, rows, cols: maps[s].weights[kind])
-    check_view(page.locator(".attention-view").nth(0), lambda s, kind, rows, cols: maps[0].weights[kind])
+    check_view(
+        page.locator(".attention-view").nth(1), lambda s, kind, rows, cols: maps[s].weights[kind]
+    )
+    check_view(
+        page.locator(".attention-view").nth(0), lambda s, kind, rows, cols: maps[0].weights[kind]
+    )
 
 
-def test_the_rendered_interactive_view_shows_the_trained_models_weights(tutorial: Path, page) -> None:
+def test_the_rendered_interactive_view_shows_the_trained_models_weights(
+    tutorial: Path, page
+) -> None:
     from annotated_transformer._chapters import chapter_run
     from annotated_transformer.checkpoint import load_checkpoint, model_from_checkpoint
 
@@ -265,9 +351,18 @@ def test_the_rendered_interactive_view_shows_the_trained_models_weights(tutorial
     model, src_vocab, tgt_vocab = model_from_checkpoint(load_checkpoint(run_dir / "last.pt"))
 
     def expected(sentence: int, kind: str, rows: list[str], cols: list[str]) -> torch.Tensor:
-        tokens = {"encoder": (rows, None), "decoder_self": (None, rows), "decoder_src": (cols, rows)}[kind]
-        view.locator(".av-kind").select_option("decoder_src")  # its columns are the source, its rows the target
-        src_tokens, tgt_tokens = [t for t, _ in shown(view, "keys")], [t for t, _ in shown(view, "queries")]
+        tokens = {
+            "encoder": (rows, None),
+            "decoder_self": (None, rows),
+            "decoder_src": (cols, rows),
+        }[kind]
+        view.locator(".av-kind").select_option(
+            "decoder_src"
+        )  # its columns are the source, its rows the target
+        src_tokens, tgt_tokens = (
+            [t for t, _ in shown(view, "keys")],
+            [t for t, _ in shown(view, "queries")],
+        )
         view.locator(".av-kind").select_option(kind)
         assert tokens[0] in (None, src_tokens) and tokens[1] in (None, tgt_tokens)
         src = torch.tensor([[src_vocab.stoi[t] for t in src_tokens]])

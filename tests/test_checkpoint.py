@@ -16,7 +16,12 @@ import torch
 
 from annotated_transformer._chapters import synthetic_pairs
 from annotated_transformer.checkpoint import (
-    CHECKPOINT_FORMAT, average_checkpoints, average_last, load_checkpoint, model_from_checkpoint, save_checkpoint,
+    CHECKPOINT_FORMAT,
+    average_checkpoints,
+    average_last,
+    load_checkpoint,
+    model_from_checkpoint,
+    save_checkpoint,
 )
 from annotated_transformer.model import ModelConfig
 from annotated_transformer.trainer import TrainConfig, train
@@ -50,7 +55,9 @@ def test_averaging_two_gives_their_mean_and_keeps_dtypes(tmp_path: Path) -> None
     for k in a:
         torch.testing.assert_close(averaged[k], (a[k] + b[k]) / 2)
     # a plain state dict works too; half precision is averaged in float32 and cast back; integers come from the last
-    half = [{"w": torch.tensor([1.0, 2.0], dtype=torch.float16), "n": torch.tensor(i)} for i in (3, 7)]
+    half = [
+        {"w": torch.tensor([1.0, 2.0], dtype=torch.float16), "n": torch.tensor(i)} for i in (3, 7)
+    ]
     for i, state in enumerate(half):
         torch.save(state, tmp_path / f"h{i}.pt")
     mixed = average_checkpoints([tmp_path / "h0.pt", tmp_path / "h1.pt"])
@@ -59,10 +66,14 @@ def test_averaging_two_gives_their_mean_and_keeps_dtypes(tmp_path: Path) -> None
 
 def test_averaging_refuses_mismatched_checkpoints(tmp_path: Path) -> None:
     [path] = save_states(tmp_path, 1)
-    torch.save(ModelConfig(N=1, d_model=16, d_ff=32, h=2).build(9, 7).state_dict(), tmp_path / "other.pt")
+    torch.save(
+        ModelConfig(N=1, d_model=16, d_ff=32, h=2).build(9, 7).state_dict(), tmp_path / "other.pt"
+    )
     with pytest.raises(ValueError, match=r"'src_embed.0.lut.weight' is \(9, 16\)"):
         average_checkpoints([path, tmp_path / "other.pt"])
-    torch.save(ModelConfig(N=2, d_model=16, d_ff=32, h=2).build(7, 7).state_dict(), tmp_path / "deeper.pt")
+    torch.save(
+        ModelConfig(N=2, d_model=16, d_ff=32, h=2).build(7, 7).state_dict(), tmp_path / "deeper.pt"
+    )
     with pytest.raises(ValueError, match="different parameters"):
         average_checkpoints([path, tmp_path / "deeper.pt"])
     torch.save([1, 2, 3], tmp_path / "list.pt")
@@ -86,8 +97,20 @@ class Payload:
 def tiny_run(out: Path, seed: int = 0, epochs: int = 2) -> Path:
     "A two-epoch run of a tiny model on synthetic pairs; its last.pt."
     pairs = synthetic_pairs()
-    config = TrainConfig(model=ModelConfig(N=1, d_model=16, d_ff=32, h=2), epochs=epochs, max_tokens=300, warmup=10, seed=seed)
-    train(out, config, pairs={"train": pairs[:150], "val": pairs[150:160]}, progress=False, log=lambda _: None)
+    config = TrainConfig(
+        model=ModelConfig(N=1, d_model=16, d_ff=32, h=2),
+        epochs=epochs,
+        max_tokens=300,
+        warmup=10,
+        seed=seed,
+    )
+    train(
+        out,
+        config,
+        pairs={"train": pairs[:150], "val": pairs[150:160]},
+        progress=False,
+        log=lambda _: None,
+    )
     return out / "last.pt"
 
 
@@ -97,11 +120,15 @@ def test_a_planted_payload_is_refused_and_never_runs(tmp_path: Path) -> None:
     marker = tmp_path / "payload-ran"
     ckpt["history"][0]["note"] = Payload(marker)  # hidden where nobody looks
     torch.save(ckpt, tmp_path / "planted.pt")
-    with pytest.raises(ValueError, match=r"planted.pt asks to build the Python object .*refusing to load it"):
+    with pytest.raises(
+        ValueError, match=r"planted.pt asks to build the Python object .*refusing to load it"
+    ):
         load_checkpoint(tmp_path / "planted.pt")
     assert not marker.exists()
     torch.save({"model": ckpt["model"], "extra": Payload(marker)}, tmp_path / "weights.pt")
-    with pytest.raises(ValueError, match="weights.pt asks to build the Python object"):  # averaging loads safely too
+    with pytest.raises(
+        ValueError, match="weights.pt asks to build the Python object"
+    ):  # averaging loads safely too
         average_checkpoints([tmp_path / "weights.pt"])
     assert not marker.exists()
 
@@ -109,7 +136,9 @@ def test_a_planted_payload_is_refused_and_never_runs(tmp_path: Path) -> None:
 def test_everything_the_trainer_saves_loads_with_the_restricted_unpickler(tmp_path: Path) -> None:
     last = tiny_run(tmp_path / "run")
     for path in (last, tmp_path / "run" / "epoch1.pt"):
-        ckpt = torch.load(path, weights_only=True)  # raises if anything but tensors and plain data was saved
+        ckpt = torch.load(
+            path, weights_only=True
+        )  # raises if anything but tensors and plain data was saved
         assert ckpt["format"] == CHECKPOINT_FORMAT and ckpt["run_id"]
 
 
@@ -136,15 +165,27 @@ def test_checkpoints_get_the_permissions_of_any_new_file(tmp_path: Path) -> None
         (tmp_path / "plain").write_bytes(b"")
     finally:
         os.umask(umask)
-    assert (tmp_path / "last.pt").stat().st_mode & 0o777 == (tmp_path / "plain").stat().st_mode & 0o777 == 0o644
+    assert (
+        (tmp_path / "last.pt").stat().st_mode & 0o777
+        == (tmp_path / "plain").stat().st_mode & 0o777
+        == 0o644
+    )
 
 
 def test_inconsistent_checkpoints_get_clear_errors(tmp_path: Path) -> None:
     ckpt = load_checkpoint(tiny_run(tmp_path / "run", epochs=1))
-    wrong_size = {**ckpt, "config": {**ckpt["config"], "model": {**ckpt["config"]["model"], "d_model": 32}}}
-    with pytest.raises(ValueError, match="last.pt: its weights do not fit its model configuration .*size mismatch"):
+    wrong_size = {
+        **ckpt,
+        "config": {**ckpt["config"], "model": {**ckpt["config"]["model"], "d_model": 32}},
+    }
+    with pytest.raises(
+        ValueError, match="last.pt: its weights do not fit its model configuration .*size mismatch"
+    ):
         model_from_checkpoint(wrong_size, "last.pt")
-    unknown_key = {**ckpt, "config": {**ckpt["config"], "model": {**ckpt["config"]["model"], "heads": 8}}}
+    unknown_key = {
+        **ckpt,
+        "config": {**ckpt["config"], "model": {**ckpt["config"]["model"], "heads": 8}},
+    }
     with pytest.raises(ValueError, match="cannot use .*unexpected keyword argument 'heads'"):
         model_from_checkpoint(unknown_key, "last.pt")
     no_vocab = {k: v for k, v in ckpt.items() if k != "tgt_vocab"}

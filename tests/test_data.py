@@ -82,7 +82,9 @@ def split_pairs(split: str) -> list[tuple[str, str]]:
 def write_gz(path: Path, content: str | bytes) -> Path:
     "Overwrite `path` with gzipped `content` (text as UTF-8, bytes as they are)."
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(gzip.compress(content.encode("utf-8") if isinstance(content, str) else content, mtime=0))
+    path.write_bytes(
+        gzip.compress(content.encode("utf-8") if isinstance(content, str) else content, mtime=0)
+    )
     return path
 
 
@@ -104,7 +106,9 @@ def dataset_dir(tmp_path) -> Path:
 def hashes(dataset_dir, monkeypatch) -> dict[str, str]:
     "SHA-256 table of the synthetic files, patched into the module in place of the real one."
     table = {p.name: sha256(p) for p in sorted(dataset_dir.iterdir())}
-    assert set(table) == {name for split in data.SPLITS for name in data.split_files(split)}  # German and English
+    assert set(table) == {
+        name for split in data.SPLITS for name in data.split_files(split)
+    }  # German and English
     monkeypatch.setattr(data, "SHA256", table)
     return table
 
@@ -120,7 +124,14 @@ def isolated(tmp_path, monkeypatch) -> Path:
     cache_home = tmp_path / "xdg_cache"
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
     monkeypatch.delenv(DATA_DIR_ENV, raising=False)
-    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+    for name in (
+        "http_proxy",
+        "HTTP_PROXY",
+        "https_proxy",
+        "HTTPS_PROXY",
+        "all_proxy",
+        "ALL_PROXY",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("no_proxy", "*")
     monkeypatch.setenv("NO_PROXY", "*")
@@ -177,10 +188,14 @@ def serve():
     servers = []
 
     def start(folder: Path, handler=CountingHandler):
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
+        server = http.server.ThreadingHTTPServer(
+            ("127.0.0.1", 0), functools.partial(handler, directory=str(folder))
+        )
         server.daemon_threads = True
         server.requests = []
-        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         thread.start()
         servers.append((server, thread))
         return f"http://127.0.0.1:{server.server_address[1]}/", server
@@ -224,10 +239,17 @@ def test_download_lands_in_cache_and_loads(dataset_dir, hashes, serve, multi30k_
     pairs = load_multi30k("train", base_url=base_url)
     assert pairs == split_pairs("train")
     assert sorted(server.requests) == ["/train.de.gz", "/train.en.gz"]
-    assert sorted(p.name for p in multi30k_cache.iterdir()) == ["train.de.gz", "train.en.gz", STAMP_FILE]  # no .part leftovers
+    assert sorted(p.name for p in multi30k_cache.iterdir()) == [
+        "train.de.gz",
+        "train.en.gz",
+        STAMP_FILE,
+    ]  # no .part leftovers
     for name in ("train.de.gz", "train.en.gz"):
         assert (multi30k_cache / name).read_bytes() == (dataset_dir / name).read_bytes()
-    assert multi30k_paths("train", base_url=base_url) == (multi30k_cache / "train.de.gz", multi30k_cache / "train.en.gz")
+    assert multi30k_paths("train", base_url=base_url) == (
+        multi30k_cache / "train.de.gz",
+        multi30k_cache / "train.en.gz",
+    )
 
     # The other splits, each with its own pairs.
     assert load_multi30k("val", base_url=base_url) == split_pairs("val")
@@ -263,7 +285,9 @@ def test_download_wrong_hash_leaves_nothing(dataset_dir, serve, tmp_path):
     assert list(dest.parent.iterdir()) == []
 
 
-def test_corrupt_download_raises_and_caches_nothing(dataset_dir, hashes, serve, multi30k_cache, tmp_path):
+def test_corrupt_download_raises_and_caches_nothing(
+    dataset_dir, hashes, serve, multi30k_cache, tmp_path
+):
     # Serve files that differ from the ones whose hashes the table holds.
     bad_dir = tmp_path / "tampered"
     bad_dir.mkdir()
@@ -334,19 +358,29 @@ def test_stopped_server_raises_connection_error(dataset_dir, hashes, serve):
 
 def test_data_dir_reads_local_folder(dataset_dir, hashes, multi30k_cache):
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the published files (here: those whose hashes the table holds) do not warn
+        warnings.simplefilter(
+            "error"
+        )  # the published files (here: those whose hashes the table holds) do not warn
         for split in SPLIT_SIZES:
             assert load_multi30k(split, data_dir=dataset_dir) == split_pairs(split)
             assert load_multi30k(split, data_dir=str(dataset_dir)) == split_pairs(split)
-        assert multi30k_paths("val", data_dir=dataset_dir) == (dataset_dir / "val.de.gz", dataset_dir / "val.en.gz")
-    assert [p.name for p in multi30k_cache.iterdir()] == [STAMP_FILE]  # nothing downloaded: only what was verified
+        assert multi30k_paths("val", data_dir=dataset_dir) == (
+            dataset_dir / "val.de.gz",
+            dataset_dir / "val.en.gz",
+        )
+    assert [p.name for p in multi30k_cache.iterdir()] == [
+        STAMP_FILE
+    ]  # nothing downloaded: only what was verified
 
 
 def test_env_var_reads_local_folder(dataset_dir, hashes, monkeypatch, multi30k_cache):
     monkeypatch.setenv(DATA_DIR_ENV, str(dataset_dir))
     assert load_multi30k("val") == split_pairs("val")
     assert load_multi30k("train") == split_pairs("train")
-    assert multi30k_paths("test2016") == (dataset_dir / "test_2016_flickr.de.gz", dataset_dir / "test_2016_flickr.en.gz")
+    assert multi30k_paths("test2016") == (
+        dataset_dir / "test_2016_flickr.de.gz",
+        dataset_dir / "test_2016_flickr.en.gz",
+    )
     assert [p.name for p in multi30k_cache.iterdir()] == [STAMP_FILE]
 
 
@@ -370,7 +404,9 @@ def test_missing_file_in_data_dir(tmp_path, monkeypatch, via_env):
         with pytest.raises(FileNotFoundError) as info:
             call("val", data_dir=None if via_env else folder)
         assert str(folder / "val.en.gz") in str(info.value)
-        assert str(folder / "val.de.gz") + "," not in str(info.value)  # the present file is not reported missing
+        assert str(folder / "val.de.gz") + "," not in str(
+            info.value
+        )  # the present file is not reported missing
 
 
 def test_missing_folder(tmp_path):
@@ -408,15 +444,21 @@ def stamps(multi30k_cache) -> dict:
     return json.loads((multi30k_cache / STAMP_FILE).read_text())
 
 
-def test_tampered_cache_file_is_an_error_naming_what_to_delete(dataset_dir, hashes, serve, multi30k_cache):
+def test_tampered_cache_file_is_an_error_naming_what_to_delete(
+    dataset_dir, hashes, serve, multi30k_cache
+):
     base_url, server = serve(dataset_dir)
     assert load_multi30k("val", base_url=base_url) == split_pairs("val")
     cached = multi30k_cache / "val.en.gz"
-    write_gz(cached, "".join(f"{en.upper()}\n" for _, en in split_pairs("val")))  # changed after its verified download
+    write_gz(
+        cached, "".join(f"{en.upper()}\n" for _, en in split_pairs("val"))
+    )  # changed after its verified download
     with pytest.raises(ValueError) as info:
         load_multi30k("val", base_url=base_url)
     message = str(info.value)
-    assert f"{cached} is corrupt" in message and "delete it and it will be downloaded again" in message
+    assert (
+        f"{cached} is corrupt" in message and "delete it and it will be downloaded again" in message
+    )
     assert sha256(cached) in message and hashes["val.en.gz"] in message
     assert str(multi30k_cache / "val.de.gz") not in message  # the intact file is not blamed
     assert len(server.requests) == 2  # not downloaded over
@@ -432,7 +474,9 @@ def test_cached_file_corrupt_before_any_stamp_is_an_error(dataset_dir, hashes, m
     for name in split_files("test2016"):
         (multi30k_cache / name).write_bytes((dataset_dir / name).read_bytes())
     write_gz(multi30k_cache / "test_2016_flickr.de.gz", "Ein Satz.\n")
-    with pytest.raises(ValueError, match=re.escape(f"{multi30k_cache / 'test_2016_flickr.de.gz'} is corrupt")):
+    with pytest.raises(
+        ValueError, match=re.escape(f"{multi30k_cache / 'test_2016_flickr.de.gz'} is corrupt")
+    ):
         load_multi30k("test2016", base_url=f"http://127.0.0.1:{closed_port()}/")
 
 
@@ -454,7 +498,10 @@ def test_own_files_through_env_var_warn_too(tmp_path, monkeypatch):
     monkeypatch.setenv(DATA_DIR_ENV, str(folder))
     with pytest.warns(UserWarning, match=DIFFERS) as caught:
         assert load_multi30k("val") == [("Hallo Welt.", "Hello world.")]
-    assert [str(w.message).split(" has ")[0] for w in caught] == [f"{DIFFERS}: {de}", f"{DIFFERS}: {en}"]
+    assert [str(w.message).split(" has ")[0] for w in caught] == [
+        f"{DIFFERS}: {de}",
+        f"{DIFFERS}: {en}",
+    ]
 
 
 def test_unchanged_files_are_hashed_once(dataset_dir, hashes, hash_calls, multi30k_cache):
@@ -464,17 +511,25 @@ def test_unchanged_files_are_hashed_once(dataset_dir, hashes, hash_calls, multi3
     assert hash_calls == [dataset_dir / "val.de.gz", dataset_dir / "val.en.gz"]
     # Remembered by absolute path, with size and mtime, in the cache folder: the data folder holds only its files.
     de = (dataset_dir / "val.de.gz").resolve()
-    assert stamps(multi30k_cache)[str(de)] == [de.stat().st_size, de.stat().st_mtime_ns, hashes["val.de.gz"]]
+    assert stamps(multi30k_cache)[str(de)] == [
+        de.stat().st_size,
+        de.stat().st_mtime_ns,
+        hashes["val.de.gz"],
+    ]
     assert sorted(p.name for p in dataset_dir.iterdir()) == sorted(hashes)
 
 
-def test_relative_data_dir_is_remembered_by_absolute_path(dataset_dir, hashes, hash_calls, monkeypatch, multi30k_cache):
+def test_relative_data_dir_is_remembered_by_absolute_path(
+    dataset_dir, hashes, hash_calls, monkeypatch, multi30k_cache
+):
     monkeypatch.chdir(dataset_dir.parent)
     load_multi30k("val", data_dir=dataset_dir.name)
     monkeypatch.chdir(dataset_dir)
     load_multi30k("val", data_dir=".")  # the same files by another name: not hashed again
     assert len(hash_calls) == 2
-    assert sorted(stamps(multi30k_cache)) == [str(dataset_dir.resolve() / name) for name in split_files("val")]
+    assert sorted(stamps(multi30k_cache)) == [
+        str(dataset_dir.resolve() / name) for name in split_files("val")
+    ]
 
 
 def test_downloads_are_not_hashed_again(dataset_dir, hashes, hash_calls, serve):
@@ -515,10 +570,14 @@ def test_a_new_mtime_or_size_has_a_file_hashed_again(dataset_dir, hashes, hash_c
     assert hash_calls[4:] == [de]
 
 
-def test_a_cache_that_cannot_be_written_still_loads(dataset_dir, hashes, hash_calls, monkeypatch, tmp_path):
+def test_a_cache_that_cannot_be_written_still_loads(
+    dataset_dir, hashes, hash_calls, monkeypatch, tmp_path
+):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))  # the cache folder would be inside a file: it cannot be made
+    monkeypatch.setenv(
+        "XDG_CACHE_HOME", str(blocker)
+    )  # the cache folder would be inside a file: it cannot be made
     for _ in range(2):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
@@ -531,13 +590,19 @@ def test_a_cache_that_cannot_be_written_still_loads(dataset_dir, hashes, hash_ca
 
 def test_a_damaged_stamp_file_is_replaced(dataset_dir, hashes, hash_calls, multi30k_cache):
     multi30k_cache.mkdir(parents=True)
-    for damaged in ('{"truncated": [1, 2', "[1, 2, 3]", '{"%s": "not a stamp"}' % (dataset_dir / "val.de.gz").resolve()):
+    for damaged in (
+        '{"truncated": [1, 2',
+        "[1, 2, 3]",
+        '{"%s": "not a stamp"}' % (dataset_dir / "val.de.gz").resolve(),
+    ):
         (multi30k_cache / STAMP_FILE).write_text(damaged)
         hash_calls.clear()
         assert load_multi30k("val", data_dir=dataset_dir) == split_pairs("val")
         assert len(hash_calls) == 2
         assert len(stamps(multi30k_cache)) == 2
-    assert sorted(p.name for p in multi30k_cache.iterdir()) == [STAMP_FILE]  # no temporary files left
+    assert sorted(p.name for p in multi30k_cache.iterdir()) == [
+        STAMP_FILE
+    ]  # no temporary files left
 
 
 def test_stamps_of_files_gone_are_forgotten(tmp_path, multi30k_cache):
@@ -656,7 +721,9 @@ def test_windows_line_endings_are_stripped(tmp_path):
     write_gz(en, "A man rides.\r\nTwo women.\r\nThree children.\r\n")
     assert read_lines(de) == ["Ein Mann fährt.", "Zwei Frauen.", "Drei Kinder."]
     assert load_multi30k("val", data_dir=folder) == [
-        ("Ein Mann fährt.", "A man rides."), ("Zwei Frauen.", "Two women."), ("Drei Kinder.", "Three children."),
+        ("Ein Mann fährt.", "A man rides."),
+        ("Zwei Frauen.", "Two women."),
+        ("Drei Kinder.", "Three children."),
     ]
 
 
@@ -692,7 +759,18 @@ def test_vocab_build_default_min_freq():
 
 def test_vocab_build_min_freq_values():
     assert Vocab.build(SENTENCES, min_freq=1).itos == [
-        *SPECIALS, ".", "a", "apple", "cat", "dog", "the", "zebra", "and", "once", "runs", "sleeps",
+        *SPECIALS,
+        ".",
+        "a",
+        "apple",
+        "cat",
+        "dog",
+        "the",
+        "zebra",
+        "and",
+        "once",
+        "runs",
+        "sleeps",
     ]
     assert Vocab.build(SENTENCES, min_freq=3).itos == [*SPECIALS, "."]
     assert Vocab.build(SENTENCES, min_freq=100).itos == list(SPECIALS)
@@ -742,7 +820,15 @@ def test_decode_specials():
     ids = [vocab.bos, the, vocab.pad, dog, vocab.unk, vocab.eos, the, vocab.pad, vocab.pad]
     assert vocab.decode(ids) == ["the", "dog", "<unk>"]
     assert vocab.decode(ids, strip_specials=False) == [
-        "<s>", "the", "<blank>", "dog", "<unk>", "</s>", "the", "<blank>", "<blank>",
+        "<s>",
+        "the",
+        "<blank>",
+        "dog",
+        "<unk>",
+        "</s>",
+        "the",
+        "<blank>",
+        "<blank>",
     ]
     assert vocab.decode([vocab.eos, the, dog]) == []
     assert vocab.decode([vocab.bos, vocab.pad]) == []
@@ -761,7 +847,9 @@ def test_state_dict_round_trip(tmp_path):
 
     # As in a checkpoint: saved with torch.save, loaded with torch.load (safe weights-only loading too).
     path = tmp_path / "checkpoint.pt"
-    torch.save({"src_vocab": vocab.state_dict(), "tgt_vocab": Vocab.build(SENTENCES).state_dict()}, path)
+    torch.save(
+        {"src_vocab": vocab.state_dict(), "tgt_vocab": Vocab.build(SENTENCES).state_dict()}, path
+    )
     for kwargs in ({}, {"weights_only": True}):
         checkpoint = torch.load(path, **kwargs)
         src = Vocab.from_state_dict(checkpoint["src_vocab"])
@@ -786,7 +874,9 @@ def test_vocab_needs_specials_first(tokens):
         Vocab(tokens)
 
 
-@pytest.mark.parametrize("tokens", [[*SPECIALS, "dog", "cat", "dog"], [*SPECIALS, "<unk>"], [*SPECIALS, "x", "x"]])
+@pytest.mark.parametrize(
+    "tokens", [[*SPECIALS, "dog", "cat", "dog"], [*SPECIALS, "<unk>"], [*SPECIALS, "x", "x"]]
+)
 def test_vocab_rejects_duplicates(tokens):
     with pytest.raises(ValueError, match="twice"):
         Vocab(tokens)
@@ -811,10 +901,23 @@ def tokenizers():
 
 def test_tokenizers_split_punctuation(tokenizers):
     de, en = tokenizers
-    assert [t.text for t in de("Ein Mann fährt Fahrrad.")] == ["Ein", "Mann", "fährt", "Fahrrad", "."]
+    assert [t.text for t in de("Ein Mann fährt Fahrrad.")] == [
+        "Ein",
+        "Mann",
+        "fährt",
+        "Fahrrad",
+        ".",
+    ]
     assert [t.text for t in en("Two dogs run, fast!")] == ["Two", "dogs", "run", ",", "fast", "!"]
     # Each language has its own exceptions: German ordinals and abbreviations, English contractions.
-    assert [t.text for t in de("Am 3. Mai z.B. nicht.")] == ["Am", "3.", "Mai", "z.B.", "nicht", "."]
+    assert [t.text for t in de("Am 3. Mai z.B. nicht.")] == [
+        "Am",
+        "3.",
+        "Mai",
+        "z.B.",
+        "nicht",
+        ".",
+    ]
     assert [t.text for t in en("The dog doesn't run.")] == ["The", "dog", "does", "n't", "run", "."]
 
 
@@ -829,7 +932,9 @@ def test_tokenize_all(tokenizers, capsys):
     assert capsys.readouterr().err == ""  # no progress bar
     # Many texts (more than one spaCy batch would be needed at a small batch size) keep their order.
     many = [f"Satz {i}, bitte!" for i in range(250)]
-    assert tokenize_all(many, de, progress=False) == [["Satz", str(i), ",", "bitte", "!"] for i in range(250)]
+    assert tokenize_all(many, de, progress=False) == [
+        ["Satz", str(i), ",", "bitte", "!"] for i in range(250)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -840,7 +945,12 @@ def test_tokenize_all(tokenizers, capsys):
 def test_encode_pairs_wraps_with_start_and_end():
     src_vocab = Vocab.build([["ein", "mann"]], min_freq=1)
     tgt_vocab = Vocab.build([["a", "man", "walks"]], min_freq=1)
-    encoded = encode_pairs([["ein", "mann"], ["mann", "unbekannt"]], [["a", "man", "walks"], ["man"]], src_vocab, tgt_vocab)
+    encoded = encode_pairs(
+        [["ein", "mann"], ["mann", "unbekannt"]],
+        [["a", "man", "walks"], ["man"]],
+        src_vocab,
+        tgt_vocab,
+    )
     assert isinstance(encoded, EncodedPairs)
     assert len(encoded) == 2
     assert encoded.src[0].tolist() == [0, src_vocab.stoi["ein"], src_vocab.stoi["mann"], 1]
@@ -856,7 +966,10 @@ def test_encode_pairs_wraps_with_start_and_end():
 
 
 def test_collate_pads_right():
-    pairs = [(torch.tensor([0, 5, 6, 1]), torch.tensor([0, 7, 1])), (torch.tensor([0, 5, 1]), torch.tensor([0, 7, 8, 9, 1]))]
+    pairs = [
+        (torch.tensor([0, 5, 6, 1]), torch.tensor([0, 7, 1])),
+        (torch.tensor([0, 5, 1]), torch.tensor([0, 7, 8, 9, 1])),
+    ]
     batch = collate(pairs, pad=2)
     assert isinstance(batch, Batch)
     assert batch.src.tolist() == [[0, 5, 6, 1], [0, 5, 1, 2]]
@@ -872,7 +985,9 @@ def corpus(tokenizers):
     pairs = split_pairs("train")
     src_tokens = tokenize_all([de for de, _ in pairs], de_tok, progress=False)
     tgt_tokens = tokenize_all([en for _, en in pairs], en_tok, progress=False)
-    src_vocab = Vocab.build(src_tokens, min_freq=1)  # every token known: batches decode back to the text
+    src_vocab = Vocab.build(
+        src_tokens, min_freq=1
+    )  # every token known: batches decode back to the text
     tgt_vocab = Vocab.build(tgt_tokens, min_freq=1)
     encoded = encode_pairs(src_tokens, tgt_tokens, src_vocab, tgt_vocab)
     return list(zip(map(tuple, src_tokens), map(tuple, tgt_tokens))), src_vocab, tgt_vocab, encoded
@@ -917,7 +1032,9 @@ def check_batch(batch: Batch, pad: int, max_tokens: int) -> list[tuple[list[int]
     return rows
 
 
-def epoch_pairs(loader, src_vocab, tgt_vocab, pad, max_tokens) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+def epoch_pairs(
+    loader, src_vocab, tgt_vocab, pad, max_tokens
+) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
     out = []
     for batch in loader:
         for src_ids, tgt_ids in check_batch(batch, pad, max_tokens):
@@ -959,10 +1076,13 @@ def test_loader_set_epoch_changes_order_deterministically(corpus):
     loader = make_loader(encoded, pad=pad, max_tokens=200, seed=3)
     epoch0 = order(loader)
     assert order(loader) == epoch0  # same epoch, same order
-    assert order(make_loader(encoded, pad=pad, max_tokens=200, seed=3)) == epoch0  # a fresh loader, same seed
+    assert (
+        order(make_loader(encoded, pad=pad, max_tokens=200, seed=3)) == epoch0
+    )  # a fresh loader, same seed
     loader.batch_sampler.set_epoch(1)
     epoch1 = order(loader)
     assert epoch1 != epoch0
+
     def sentences(batches):
         return Counter(tuple(unpad(list(r), pad)) for b in batches for r in b)
 
@@ -979,15 +1099,19 @@ def test_loader_replicas_are_disjoint(corpus):
     assert len(index) == len(token_pairs)  # synthetic pairs are distinct
     shards = []
     for rank in range(2):
-        loader = make_loader(encoded, pad=pad, max_tokens=max_tokens, seed=5, num_replicas=2, rank=rank)
+        loader = make_loader(
+            encoded, pad=pad, max_tokens=max_tokens, seed=5, num_replicas=2, rank=rank
+        )
         loader.batch_sampler.set_epoch(2)
-        shards.append([index[p] for p in epoch_pairs(loader, src_vocab, tgt_vocab, pad, max_tokens)])
+        shards.append(
+            [index[p] for p in epoch_pairs(loader, src_vocab, tgt_vocab, pad, max_tokens)]
+        )
     a, b = shards
     assert len(a) == len(set(a)) and len(b) == len(set(b))
     assert set(a).isdisjoint(b)
-    assert len(list(make_loader(encoded, pad=pad, max_tokens=max_tokens, num_replicas=2, rank=0))) == len(
-        list(make_loader(encoded, pad=pad, max_tokens=max_tokens, num_replicas=2, rank=1))
-    )
+    assert len(
+        list(make_loader(encoded, pad=pad, max_tokens=max_tokens, num_replicas=2, rank=0))
+    ) == len(list(make_loader(encoded, pad=pad, max_tokens=max_tokens, num_replicas=2, rank=1)))
     # Together they cover everything except at most the one batch dropped to give both processes as many batches.
     full = make_loader(encoded, pad=pad, max_tokens=max_tokens, seed=5)
     full.batch_sampler.set_epoch(2)

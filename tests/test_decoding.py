@@ -39,7 +39,11 @@ START, END, PAD = 1, 2, 0
 def random_model(norm_first: bool = False, vocab: int = 13, end_bias: float = -1.0, seed: int = 0):
     "A small random model in eval mode; its end-symbol bias is set so that outputs end at different steps."
     torch.manual_seed(seed)
-    model = ModelConfig(N=2, d_model=32, d_ff=64, h=4, dropout=0.1, norm_first=norm_first).build(vocab, vocab).eval()
+    model = (
+        ModelConfig(N=2, d_model=32, d_ff=64, h=4, dropout=0.1, norm_first=norm_first)
+        .build(vocab, vocab)
+        .eval()
+    )
     with torch.no_grad():
         model.generator.proj.bias[END] += end_bias
     return model
@@ -64,17 +68,27 @@ def test_cached_and_prefix_decoders_match_model_decode(norm_first: bool) -> None
     with torch.no_grad():
         memory = model.encode(src, src_mask)
         full = model.generator(model.decode(memory, src_mask, ys, subsequent_mask(8)))  # (B, 8, V)
-        cached, prefix = CachedDecoder(model, memory, src_mask), PrefixDecoder(model, memory, src_mask)
+        cached, prefix = (
+            CachedDecoder(model, memory, src_mask),
+            PrefixDecoder(model, memory, src_mask),
+        )
         for t in range(8):
             torch.testing.assert_close(cached.step(ys[:, t]), full[:, t], atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(prefix.step(ys[:, t]), full[:, t], atol=1e-5, rtol=1e-5)
-    assert cached.k[0].shape == (src.size(0), 4, 8, 8)  # (B, h, t, d_k): one cached position per step
+    assert cached.k[0].shape == (
+        src.size(0),
+        4,
+        8,
+        8,
+    )  # (B, h, t, d_k): one cached position per step
 
 
 def test_the_cache_follows_table3s_narrow_keys_and_learned_positions() -> None:
     "Keys of d_k = 3 features and values of d_model / h = 8 are cached apart; learned positions are looked up step by step."
     torch.manual_seed(0)
-    model = ModelConfig(N=2, d_model=32, d_ff=64, h=4, d_k=3, positions="learned").build(13, 13).eval()
+    model = (
+        ModelConfig(N=2, d_model=32, d_ff=64, h=4, d_k=3, positions="learned").build(13, 13).eval()
+    )
     src, src_mask = random_batch()
     ys = torch.randint(3, 13, (src.size(0), 6))
     with torch.no_grad():
@@ -83,7 +97,10 @@ def test_the_cache_follows_table3s_narrow_keys_and_learned_positions() -> None:
         cached = CachedDecoder(model, memory, src_mask)
         for t in range(6):
             torch.testing.assert_close(cached.step(ys[:, t]), full[:, t], atol=1e-5, rtol=1e-5)
-    assert (cached.k[0].shape, cached.v[0].shape) == ((src.size(0), 4, 6, 3), (src.size(0), 4, 6, 8))
+    assert (cached.k[0].shape, cached.v[0].shape) == (
+        (src.size(0), 4, 6, 3),
+        (src.size(0), 4, 6, 8),
+    )
 
 
 def test_select_reorders_every_cached_row() -> None:
@@ -93,12 +110,17 @@ def test_select_reorders_every_cached_row() -> None:
     rows = torch.tensor([3, 0, 0])
     with torch.no_grad():
         memory = model.encode(src, src_mask)
-        whole, part = CachedDecoder(model, memory, src_mask), CachedDecoder(model, memory[rows], src_mask[rows])
+        whole, part = (
+            CachedDecoder(model, memory, src_mask),
+            CachedDecoder(model, memory[rows], src_mask[rows]),
+        )
         for t in range(3):
             expected = whole.step(ys[:, t])[rows]
             torch.testing.assert_close(part.step(ys[rows, t]), expected, atol=1e-5, rtol=1e-5)
         whole.select(rows)  # now the rows follow `rows`, caches included
-        torch.testing.assert_close(whole.step(ys[rows, 3]), part.step(ys[rows, 3]), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            whole.step(ys[rows, 3]), part.step(ys[rows, 3]), atol=1e-5, rtol=1e-5
+        )
 
 
 def test_cached_decoder_refuses_positions_past_the_table() -> None:
@@ -138,9 +160,17 @@ def test_greedy_matches_part2_greedy_decode_and_scores_are_log_probabilities() -
         # the score is the model's log-probability of the tokens
         ys = torch.tensor([[START, *tokens]])
         with torch.no_grad():
-            logp = model.generator(model.decode(model.encode(src[i : i + 1], src_mask[i : i + 1]), src_mask[i : i + 1],
-                                                ys[:, :-1], subsequent_mask(len(tokens))))
-        assert score == pytest.approx(logp[0, torch.arange(len(tokens)), ys[0, 1:]].sum().item(), abs=1e-4)
+            logp = model.generator(
+                model.decode(
+                    model.encode(src[i : i + 1], src_mask[i : i + 1]),
+                    src_mask[i : i + 1],
+                    ys[:, :-1],
+                    subsequent_mask(len(tokens)),
+                )
+            )
+        assert score == pytest.approx(
+            logp[0, torch.arange(len(tokens)), ys[0, 1:]].sum().item(), abs=1e-4
+        )
 
 
 def test_greedy_batch_equals_one_at_a_time_with_per_sentence_limits() -> None:
@@ -186,7 +216,9 @@ def test_beam_cached_equals_uncached_and_batch_equals_alone(norm_first: bool) ->
     batched = beam_search(model, src, src_mask, limits, START, END, beam_size=4)
     uncached = beam_search(model, src, src_mask, limits, START, END, beam_size=4, cached=False)
     for i, limit in enumerate(limits):
-        [alone] = beam_search(model, src[i : i + 1], src_mask[i : i + 1], limit, START, END, beam_size=4)
+        [alone] = beam_search(
+            model, src[i : i + 1], src_mask[i : i + 1], limit, START, END, beam_size=4
+        )
         assert [t for t, _ in batched[i]] == [t for t, _ in uncached[i]] == [t for t, _ in alone]
         for (_, a), (_, b), (_, c) in zip(batched[i], uncached[i], alone):
             assert a == pytest.approx(b, abs=1e-5) and a == pytest.approx(c, abs=1e-5)
@@ -198,17 +230,25 @@ def test_beam_cached_equals_uncached_and_batch_equals_alone(norm_first: bool) ->
 def test_beam_scores_are_normalized_log_probabilities() -> None:
     model = random_model()
     src, src_mask = random_batch(B=2)
-    for i, hypotheses in enumerate(beam_search(model, src, src_mask, 10, START, END, beam_size=3, alpha=0.6)):
+    for i, hypotheses in enumerate(
+        beam_search(model, src, src_mask, 10, START, END, beam_size=3, alpha=0.6)
+    ):
         memory = model.encode(src[i : i + 1], src_mask[i : i + 1])
         for tokens, score in hypotheses:
             ys = torch.tensor([[START, *tokens]])
             with torch.no_grad():
-                logp = model.generator(model.decode(memory, src_mask[i : i + 1], ys[:, :-1], subsequent_mask(len(tokens))))
+                logp = model.generator(
+                    model.decode(
+                        memory, src_mask[i : i + 1], ys[:, :-1], subsequent_mask(len(tokens))
+                    )
+                )
             total = logp[0, torch.arange(len(tokens)), ys[0, 1:]].sum().item()
             assert score == pytest.approx(total / length_penalty(len(tokens), 0.6), abs=1e-4)
 
 
-def reference_beam_search(model, src, src_mask, max_len: int, K: int, alpha: float, start: int = START, end: int = END):
+def reference_beam_search(
+    model, src, src_mask, max_len: int, K: int, alpha: float, start: int = START, end: int = END
+):
     "The same algorithm for one sentence, written plainly: no batch, no cache, no tensors of beams."
     memory = model.encode(src, src_mask)
     beams, finished = [([], 0.0)], []
@@ -217,15 +257,23 @@ def reference_beam_search(model, src, src_mask, max_len: int, K: int, alpha: flo
         for tokens, total in beams:
             ys = torch.tensor([[start, *tokens]])
             with torch.no_grad():
-                logp = model.generator(model.decode(memory, src_mask, ys, subsequent_mask(len(tokens) + 1)))[0, -1]
+                logp = model.generator(
+                    model.decode(memory, src_mask, ys, subsequent_mask(len(tokens) + 1))
+                )[0, -1]
             candidates += [(total + lp, tokens + [v]) for v, lp in enumerate(logp.tolist())]
         candidates = sorted(candidates, key=lambda c: -c[0])[: 2 * K]
-        finished += [(tokens, total / length_penalty(len(tokens), alpha)) for total, tokens in candidates[:K] if tokens[-1] == end]
+        finished += [
+            (tokens, total / length_penalty(len(tokens), alpha))
+            for total, tokens in candidates[:K]
+            if tokens[-1] == end
+        ]
         if len(finished) >= K:
             break
         beams = [(tokens, total) for total, tokens in candidates if tokens[-1] != end][:K]
         if t + 1 >= max_len:
-            finished += [(tokens, total / length_penalty(len(tokens), alpha)) for tokens, total in beams]
+            finished += [
+                (tokens, total / length_penalty(len(tokens), alpha)) for tokens, total in beams
+            ]
     return sorted(finished, key=lambda h: -h[1])[:K]
 
 
@@ -270,8 +318,12 @@ def test_wide_beam_finds_the_best_sequence_by_enumeration(seed: int, alpha: floa
     def score(tokens):
         ys = torch.tensor([[0, *tokens]])
         with torch.no_grad():
-            logp = model.generator(model.decode(memory, mask, ys[:, :-1], subsequent_mask(len(tokens))))
-        return logp[0, torch.arange(len(tokens)), ys[0, 1:]].sum().item() / length_penalty(len(tokens), alpha)
+            logp = model.generator(
+                model.decode(memory, mask, ys[:, :-1], subsequent_mask(len(tokens)))
+            )
+        return logp[0, torch.arange(len(tokens)), ys[0, 1:]].sum().item() / length_penalty(
+            len(tokens), alpha
+        )
 
     scored = sorted(((score(t), t) for t in every_output(4)), reverse=True)
     assert len(scored) == 121
@@ -283,7 +335,9 @@ def test_wide_beam_finds_the_best_sequence_by_enumeration(seed: int, alpha: floa
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
-def test_banned_tokens_are_never_generated_and_the_best_remaining_sequence_is_found(alpha: float) -> None:
+def test_banned_tokens_are_never_generated_and_the_best_remaining_sequence_is_found(
+    alpha: float,
+) -> None:
     model = tiny_model(27)
     src, mask = torch.tensor([[1, 2, 3, 2]]), torch.ones(1, 1, 4, dtype=torch.bool)
     memory = model.encode(src, mask)
@@ -291,8 +345,12 @@ def test_banned_tokens_are_never_generated_and_the_best_remaining_sequence_is_fo
     def score(tokens):  # the unnormalized log-probabilities the search adds up
         ys = torch.tensor([[0, *tokens]])
         with torch.no_grad():
-            logp = model.generator(model.decode(memory, mask, ys[:, :-1], subsequent_mask(len(tokens))))
-        return logp[0, torch.arange(len(tokens)), ys[0, 1:]].sum().item() / length_penalty(len(tokens), alpha)
+            logp = model.generator(
+                model.decode(memory, mask, ys[:, :-1], subsequent_mask(len(tokens)))
+            )
+        return logp[0, torch.arange(len(tokens)), ys[0, 1:]].sum().item() / length_penalty(
+            len(tokens), alpha
+        )
 
     unbanned = beam_search(model, src, mask, 5, 0, 1, beam_size=256, alpha=alpha)[0]
     assert any(3 in t for t, _ in unbanned[:3]), "token 3 should matter in this example"
@@ -309,14 +367,18 @@ def test_greedy_can_miss_what_beam_search_finds() -> None:
     model = tiny_model(27)
     src, mask = torch.tensor([[1, 2, 3, 2]]), torch.ones(1, 1, 4, dtype=torch.bool)
     [(greedy_tokens, greedy_logp)] = greedy_search(model, src, mask, 5, 0, 1)
-    [(beam_tokens, beam_logp), *_] = beam_search(model, src, mask, 5, 0, 1, beam_size=4, alpha=0.0)[0]
+    [(beam_tokens, beam_logp), *_] = beam_search(model, src, mask, 5, 0, 1, beam_size=4, alpha=0.0)[
+        0
+    ]
     assert beam_tokens != greedy_tokens and beam_logp > greedy_logp
 
 
 def test_length_penalty() -> None:
     "Part 3 checks alpha = 0, alpha = 1 and one token; here a fractional alpha and lengths in a tensor."
     assert length_penalty(19, 0.5) == pytest.approx(2.0)
-    torch.testing.assert_close(length_penalty(torch.tensor([1.0, 7.0, 19.0]), 1.0), torch.tensor([1.0, 2.0, 4.0]))
+    torch.testing.assert_close(
+        length_penalty(torch.tensor([1.0, 7.0, 19.0]), 1.0), torch.tensor([1.0, 2.0, 4.0])
+    )
 
 
 # =========================================================================== 4. other models
@@ -325,7 +387,9 @@ class ScriptedDecoder:
 
     def __init__(self, script: list[int], rows: int, vocab: int):
         self.script, self.rows, self.vocab = script, rows, vocab
-        self.fed: list[list[int]] = []  # the tokens of every step, row by row: len(fed) is the number of steps
+        self.fed: list[
+            list[int]
+        ] = []  # the tokens of every step, row by row: len(fed) is the number of steps
 
     def step(self, y: Tensor) -> Tensor:
         assert y.shape == (self.rows,)
@@ -362,7 +426,11 @@ def test_greedy_search_drives_a_model_that_begins_decoding_itself() -> None:
     src, src_mask = random_batch(B=3)
     found = greedy_search(model, src, src_mask, [10, 3, 2], START, END)
     assert all(isinstance(h, Hypothesis) for h in found)
-    assert [h.tokens for h in found] == [[5, 6, END], [5, 6], [5]]  # the script, cut at each sentence's limit
+    assert [h.tokens for h in found] == [
+        [5, 6, END],
+        [5, 6],
+        [5],
+    ]  # the script, cut at each sentence's limit
     for h in found:
         assert h.score == pytest.approx(model.logp(h.tokens), abs=1e-6)
     [decoder] = model.decoders
@@ -375,7 +443,10 @@ def test_beam_search_drives_a_model_that_begins_decoding_itself() -> None:
     model = ScriptedModel([5, 6, END])
     src, src_mask = random_batch(B=2)
     found = beam_search(model, src, src_mask, [20, 3], START, END, beam_size=2, alpha=0.6)
-    assert found[0][0] == ([5, 6, END], pytest.approx(model.logp([5, 6, END]) / length_penalty(3, 0.6), abs=1e-6))
+    assert found[0][0] == (
+        [5, 6, END],
+        pytest.approx(model.logp([5, 6, END]) / length_penalty(3, 0.6), abs=1e-6),
+    )
     assert found[1][0].tokens == [5, 6]  # cut at its limit
     assert all(isinstance(h, Hypothesis) for hyps in found for h in hyps)
     [decoder] = model.decoders
@@ -387,9 +458,14 @@ def test_beam_stops_once_beam_size_hypotheses_are_finished() -> None:
     model = ScriptedModel([5, 6, END])
     src, src_mask = random_batch(B=2)
     found = beam_search(model, src, src_mask, 20, START, END, beam_size=2)
-    assert [[h.tokens[-1] for h in hyps] for hyps in found] == [[END, END], [END, END]]  # beam_size finished each
+    assert [[h.tokens[-1] for h in hyps] for hyps in found] == [
+        [END, END],
+        [END, END],
+    ]  # beam_size finished each
     [decoder] = model.decoders
-    assert len(decoder.fed) == 3, f"{len(decoder.fed)} decoder steps: the search went on after beam_size hypotheses finished"
+    assert len(decoder.fed) == 3, (
+        f"{len(decoder.fed)} decoder steps: the search went on after beam_size hypotheses finished"
+    )
 
 
 # =========================================================================== 5. bad input
@@ -423,9 +499,15 @@ def test_a_non_finite_or_negative_alpha_is_refused_before_decoding(alpha: float)
 def test_an_alpha_whose_length_penalty_overflows_is_refused_before_decoding() -> None:
     model = ScriptedModel([5, 6, END])
     src, src_mask = random_batch(B=2)
-    assert beam_search(model, src, src_mask, 10, START, END, beam_size=2, alpha=300.0)[0]  # lp(9) = (14 / 6) ** 300: a float
-    with pytest.raises(ValueError, match="alpha=300.0 is too large: the length penalty of 199 tokens overflows"):
-        beam_search(model, src, src_mask, [10, 200], START, END, beam_size=2, alpha=300.0)  # lp(199) = 34 ** 300 is not
+    assert beam_search(model, src, src_mask, 10, START, END, beam_size=2, alpha=300.0)[
+        0
+    ]  # lp(9) = (14 / 6) ** 300: a float
+    with pytest.raises(
+        ValueError, match="alpha=300.0 is too large: the length penalty of 199 tokens overflows"
+    ):
+        beam_search(
+            model, src, src_mask, [10, 200], START, END, beam_size=2, alpha=300.0
+        )  # lp(199) = 34 ** 300 is not
     assert len(model.decoders) == 1, "the second search began decoding before it checked alpha"
 
 

@@ -37,11 +37,17 @@ TINY = ["--model", "tiny", "--dropout", "0", "--warmup", "20", "--quiet"]
 
 
 # =========================================================================== 1. the gradient all-reduce
-def _count_gradient_all_reduces(rank: int, world: int, init_file: str, accum_iter: int, out: str) -> None:
+def _count_gradient_all_reduces(
+    rank: int, world: int, init_file: str, accum_iter: int, out: str
+) -> None:
     "One of `world` processes: train 6 batches with `accum_iter`, counting DDP's gradient all-reduces (one bucket each)."
-    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world
+    )
     torch.manual_seed(0)
-    model = DistributedDataParallel(ModelConfig(N=1, d_model=16, d_ff=32, h=2, dropout=0.0).build(20, 20), bucket_cap_mb=1000)
+    model = DistributedDataParallel(
+        ModelConfig(N=1, d_model=16, d_ff=32, h=2, dropout=0.0).build(20, 20), bucket_cap_mb=1000
+    )
     calls = []
 
     def counting_hook(process_group, bucket):
@@ -55,24 +61,43 @@ def _count_gradient_all_reduces(rank: int, world: int, init_file: str, accum_ite
         data = torch.randint(3, 20, (4, 8), generator=g)
         data[:, 0] = 1
         batches.append(Batch(data, data, pad=0))
-    run_epoch(batches, model, LabelSmoothing(20, 0, 0.1), torch.optim.SGD(model.parameters(), lr=0.1), accum_iter=accum_iter, progress=False)
+    run_epoch(
+        batches,
+        model,
+        LabelSmoothing(20, 0, 0.1),
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        accum_iter=accum_iter,
+        progress=False,
+    )
     Path(out, f"rank{rank}").write_text(str(len(calls)))
     torch.distributed.destroy_process_group()
 
 
 @pytest.mark.parametrize("accum_iter", [1, 3])
-def test_gradients_are_all_reduced_only_on_the_batch_that_ends_a_step(accum_iter: int, tmp_path: Path) -> None:
-    torch.multiprocessing.spawn(_count_gradient_all_reduces, args=(2, str(tmp_path / "store"), accum_iter, str(tmp_path)), nprocs=2)
+def test_gradients_are_all_reduced_only_on_the_batch_that_ends_a_step(
+    accum_iter: int, tmp_path: Path
+) -> None:
+    torch.multiprocessing.spawn(
+        _count_gradient_all_reduces,
+        args=(2, str(tmp_path / "store"), accum_iter, str(tmp_path)),
+        nprocs=2,
+    )
     assert [int((tmp_path / f"rank{r}").read_text()) for r in range(2)] == [6 // accum_iter] * 2
 
 
 # =========================================================================== 2. failures
-def test_a_killed_run_keeps_its_checkpoint_and_resumes_to_the_same_weights(data_dir: Path, tmp_path: Path) -> None:
+def test_a_killed_run_keeps_its_checkpoint_and_resumes_to_the_same_weights(
+    data_dir: Path, tmp_path: Path
+) -> None:
     args = ["train", "--max-tokens", "400", "--epochs", "8", "--data-dir", str(data_dir), *TINY]
-    killed = start_python("-m", "annotated_transformer.cli", *args, "--out", str(tmp_path / "killed"))
+    killed = start_python(
+        "-m", "annotated_transformer.cli", *args, "--out", str(tmp_path / "killed")
+    )
     deadline = time.time() + 120
     while not (tmp_path / "killed" / "last.pt").exists():
-        assert killed.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
+        assert killed.poll() is None and time.time() < deadline, (
+            "the run ended before its first checkpoint"
+        )
         time.sleep(0.02)
     killed.kill()
     killed.communicate(timeout=60)
@@ -80,34 +105,85 @@ def test_a_killed_run_keeps_its_checkpoint_and_resumes_to_the_same_weights(data_
     assert 1 <= survivor["epoch"] < 8
     resumed = run_cli(*args, "--out", str(tmp_path / "killed"), "--resume", timeout=300)
     whole = run_cli(*args, "--out", str(tmp_path / "whole"), timeout=300)
-    assert resumed.returncode == 0 and whole.returncode == 0, resumed.stderr[-3000:] + whole.stderr[-3000:]
-    assert f"resuming from {tmp_path / 'killed' / 'last.pt'} after epoch {survivor['epoch']}" in resumed.stdout
-    assert largest_difference(tmp_path / "killed" / "last.pt", tmp_path / "whole" / "last.pt") < 1e-6
+    assert resumed.returncode == 0 and whole.returncode == 0, (
+        resumed.stderr[-3000:] + whole.stderr[-3000:]
+    )
+    assert (
+        f"resuming from {tmp_path / 'killed' / 'last.pt'} after epoch {survivor['epoch']}"
+        in resumed.stdout
+    )
+    assert (
+        largest_difference(tmp_path / "killed" / "last.pt", tmp_path / "whole" / "last.pt") < 1e-6
+    )
 
 
 # =========================================================================== 3. bad input
 def test_more_processes_than_batches_is_a_clear_error(data_dir: Path, tmp_path: Path) -> None:
-    done = run_cli("train", "--out", str(tmp_path / "run"), "--data-dir", str(data_dir), "--max-tokens", "100000", *TINY,
-                   nproc=2, log_dir=tmp_path / "logs", timeout=300)
+    done = run_cli(
+        "train",
+        "--out",
+        str(tmp_path / "run"),
+        "--data-dir",
+        str(data_dir),
+        "--max-tokens",
+        "100000",
+        *TINY,
+        nproc=2,
+        log_dir=tmp_path / "logs",
+        timeout=300,
+    )
     assert done.returncode != 0
-    assert "annotated-transformer train (rank 0): error: only 1 batches for 2 processes" in done.stderr
-    assert str(Path(annotated_transformer.__file__).parent) not in done.stderr  # no traceback through our code: a one-line error
+    assert (
+        "annotated-transformer train (rank 0): error: only 1 batches for 2 processes" in done.stderr
+    )
+    assert (
+        str(Path(annotated_transformer.__file__).parent) not in done.stderr
+    )  # no traceback through our code: a one-line error
     assert not (tmp_path / "run" / "last.pt").exists()
 
 
-def test_resuming_from_a_truncated_checkpoint_is_a_clear_error_and_changes_nothing(data_dir: Path, tmp_path: Path) -> None:
+def test_resuming_from_a_truncated_checkpoint_is_a_clear_error_and_changes_nothing(
+    data_dir: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "run"
-    assert run_cli("train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", "1", *TINY, timeout=300).returncode == 0
+    assert (
+        run_cli(
+            "train",
+            "--out",
+            str(out),
+            "--data-dir",
+            str(data_dir),
+            "--epochs",
+            "1",
+            *TINY,
+            timeout=300,
+        ).returncode
+        == 0
+    )
     (out / "last.pt").write_bytes((out / "last.pt").read_bytes()[:5000])
     before = (out / "last.pt").read_bytes()
-    done = run_cli("train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", "2", "--resume", *TINY,
-                   nproc=2, log_dir=tmp_path / "logs", timeout=300)
+    done = run_cli(
+        "train",
+        "--out",
+        str(out),
+        "--data-dir",
+        str(data_dir),
+        "--epochs",
+        "2",
+        "--resume",
+        *TINY,
+        nproc=2,
+        log_dir=tmp_path / "logs",
+        timeout=300,
+    )
     assert done.returncode != 0
     assert "is not a readable checkpoint" in done.stderr
     assert (out / "last.pt").read_bytes() == before
 
 
-def test_a_failed_checkpoint_write_leaves_the_last_good_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_checkpoint_write_leaves_the_last_good_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "last.pt"
     save_checkpoint(path, epoch=1, model={"w": torch.ones(3)})
 
@@ -126,25 +202,44 @@ def test_a_failed_checkpoint_write_leaves_the_last_good_one(tmp_path: Path, monk
 # =========================================================================== 4. precision and compile on the CPU
 def test_bfloat16_trains_close_to_float32(data_dir: Path, tmp_path: Path) -> None:
     pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
-    config = TrainConfig(model=ModelConfig(N=1, d_model=32, d_ff=64, h=2, dropout=0.0), epochs=2, max_tokens=400, warmup=10)
+    config = TrainConfig(
+        model=ModelConfig(N=1, d_model=32, d_ff=64, h=2, dropout=0.0),
+        epochs=2,
+        max_tokens=400,
+        warmup=10,
+    )
     quiet = dict(pairs=pairs, progress=False, log=lambda _: None)
     fp32 = train(tmp_path / "fp32", config, **quiet)["history"]
     bf16 = train(tmp_path / "bf16", config, precision="bf16", **quiet)["history"]
     for a, b in zip(fp32, bf16):
-        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=0.02) and b["train_loss"] != a["train_loss"]
+        assert (
+            b["train_loss"] == pytest.approx(a["train_loss"], rel=0.02)
+            and b["train_loss"] != a["train_loss"]
+        )
 
 
-def test_float16_trains_with_a_gradient_scaler_that_is_saved(data_dir: Path, tmp_path: Path) -> None:
+def test_float16_trains_with_a_gradient_scaler_that_is_saved(
+    data_dir: Path, tmp_path: Path
+) -> None:
     pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
-    config = TrainConfig(model=ModelConfig(N=1, d_model=32, d_ff=64, h=2, dropout=0.0), epochs=3, max_tokens=400, warmup=10)
+    config = TrainConfig(
+        model=ModelConfig(N=1, d_model=32, d_ff=64, h=2, dropout=0.0),
+        epochs=3,
+        max_tokens=400,
+        warmup=10,
+    )
     quiet = dict(pairs=pairs, progress=False, log=lambda _: None)
     first = train(tmp_path / "run", replace(config, epochs=2), precision="fp16", **quiet)
     losses = [h["train_loss"] for h in first["history"]]
     assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
-    assert first["scaler"]["scale"] == pytest.approx(2.0**16 / 400)  # started max_tokens times below 2^16: no overflow, no skipped step
+    assert first["scaler"]["scale"] == pytest.approx(
+        2.0**16 / 400
+    )  # started max_tokens times below 2^16: no overflow, no skipped step
     # the scaler's state comes back on --resume: a scale lowered in the checkpoint is the one training continues with
     ckpt = load_checkpoint(tmp_path / "run" / "last.pt")
-    save_checkpoint(tmp_path / "run" / "last.pt", **{**ckpt, "scaler": {**ckpt["scaler"], "scale": 0.5}})
+    save_checkpoint(
+        tmp_path / "run" / "last.pt", **{**ckpt, "scaler": {**ckpt["scaler"], "scale": 0.5}}
+    )
     resumed = train(tmp_path / "run", config, precision="fp16", resume=True, **quiet)
     assert resumed["scaler"]["scale"] == 0.5
 
@@ -157,19 +252,34 @@ def test_compile_trains_the_same_model(data_dir: Path, tmp_path: Path) -> None:
     data = torch.randint(3, 20, (16, 10))
     data[:, 0], data[8:, 7:] = 1, 0
     for model in (eager, torch.compile(compiled_copy)):
-        run_epoch([Batch(data, data, pad=0)], model, LabelSmoothing(20, 0, 0.1), torch.optim.SGD(model.parameters(), lr=1.0), progress=False)
+        run_epoch(
+            [Batch(data, data, pad=0)],
+            model,
+            LabelSmoothing(20, 0, 0.1),
+            torch.optim.SGD(model.parameters(), lr=1.0),
+            progress=False,
+        )
     assert largest_difference(eager.state_dict(), compiled_copy.state_dict()) < 1e-5
     # and train(compile=True) runs end to end, saving the plain model's parameter names
     pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
-    config = TrainConfig(model=ModelConfig(N=1, d_model=32, d_ff=64, h=2, dropout=0.0), epochs=1, max_tokens=400, warmup=10)
+    config = TrainConfig(
+        model=ModelConfig(N=1, d_model=32, d_ff=64, h=2, dropout=0.0),
+        epochs=1,
+        max_tokens=400,
+        warmup=10,
+    )
     quiet = dict(pairs=pairs, progress=False, log=lambda _: None)
     plain = train(tmp_path / "eager", config, **quiet)
     compiled = train(tmp_path / "compiled", config, compile=True, **quiet)
     assert compiled["model"].keys() == plain["model"].keys()
-    assert compiled["history"][0]["train_loss"] == pytest.approx(plain["history"][0]["train_loss"], rel=1e-3)
+    assert compiled["history"][0]["train_loss"] == pytest.approx(
+        plain["history"][0]["train_loss"], rel=1e-3
+    )
 
 
-def test_default_precision_is_bfloat16_only_on_gpus_that_support_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_precision_is_bfloat16_only_on_gpus_that_support_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     gpu, cpu = torch.device("cuda"), torch.device("cpu")  # a device object needs no GPU
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
     assert (default_precision(gpu), default_precision(cpu)) == ("bf16", "fp32")

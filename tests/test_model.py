@@ -127,7 +127,9 @@ def copy_decoder_layer(ours: DecoderLayer, theirs: nn.TransformerDecoderLayer) -
 
 
 def torch_encoder_layer(norm_first: bool) -> nn.TransformerEncoderLayer:
-    return nn.TransformerEncoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.0, batch_first=True, norm_first=norm_first)
+    return nn.TransformerEncoderLayer(
+        D_MODEL, N_HEADS, D_FF, dropout=0.0, batch_first=True, norm_first=norm_first
+    )
 
 
 # Each comparison runs twice: in train mode with autograd on (dropout is 0, so this is deterministic;
@@ -168,7 +170,9 @@ def test_encoder_layer_matches_pytorch(norm_first, mode):
 @pytest.mark.parametrize("padding", ["right", "left"])
 def test_decoder_layer_matches_pytorch(norm_first, padding, mode):
     ours = our_decoder_layer(norm_first)
-    theirs = nn.TransformerDecoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.0, batch_first=True, norm_first=norm_first)
+    theirs = nn.TransformerDecoderLayer(
+        D_MODEL, N_HEADS, D_FF, dropout=0.0, batch_first=True, norm_first=norm_first
+    )
     copy_decoder_layer(ours, theirs)
     B, T, S = 3, 6, 5
     x, memory = torch.randn(B, T, D_MODEL), torch.randn(B, S, D_MODEL)
@@ -240,7 +244,9 @@ def test_encoder_stack_matches_pytorch(norm_first, mode):
     # Post-norm: no final norm on either side. Pre-norm: ours ends with a LayerNorm, so PyTorch gets one too.
     final_norm = nn.LayerNorm(D_MODEL) if norm_first else None
     assert isinstance(ours.norm, nn.LayerNorm if norm_first else nn.Identity)
-    theirs = nn.TransformerEncoder(torch_encoder_layer(norm_first), num_layers=N, norm=final_norm, enable_nested_tensor=False)
+    theirs = nn.TransformerEncoder(
+        torch_encoder_layer(norm_first), num_layers=N, norm=final_norm, enable_nested_tensor=False
+    )
     for layer_ours, layer_theirs in zip(ours.layers, theirs.layers, strict=True):
         copy_encoder_layer(layer_ours, layer_theirs)
     if norm_first:
@@ -280,7 +286,9 @@ def test_fast_path_equals_reference_path(mask_name):
     ref, weights = mha(x, x, x, mask, need_weights=True)
     assert none is None and weights is not None
     torch.testing.assert_close(fast, ref, **TOL)
-    torch.testing.assert_close(weights.sum(-1), torch.ones(B, N_HEADS, L))  # each row a distribution
+    torch.testing.assert_close(
+        weights.sum(-1), torch.ones(B, N_HEADS, L)
+    )  # each row a distribution
 
 
 def test_fully_padded_source_is_finite_and_paths_agree():
@@ -394,7 +402,9 @@ def test_decoder_is_causal(norm_first):
         base = model(src, tgt, src_mask, tgt_mask)
         for i in [0, 3, T - 2]:
             changed = tgt.clone()
-            changed[:, i + 1 :] = (changed[:, i + 1 :] + 1 + torch.randint(0, V - 1, changed[:, i + 1 :].shape)) % V
+            changed[:, i + 1 :] = (
+                changed[:, i + 1 :] + 1 + torch.randint(0, V - 1, changed[:, i + 1 :].shape)
+            ) % V
             assert (changed[:, i + 1 :] != tgt[:, i + 1 :]).all()
             out = model(src, changed, src_mask, tgt_mask)
             torch.testing.assert_close(out[:, : i + 1], base[:, : i + 1], **TOL)
@@ -445,10 +455,20 @@ def test_parameter_count_base_shared():
 def test_table3_variations_change_exactly_the_parameters_they_name():
     "(B): narrower queries and keys in all 3N attentions; (E): a learned table per side, max_len x d_model each."
     D, h, N, max_len, vocab = 64, 4, 2, 50, 30
-    plain = count_parameters(make_model(vocab, vocab, N=N, d_model=D, d_ff=128, h=h, max_len=max_len))
-    narrow = count_parameters(make_model(vocab, vocab, N=N, d_model=D, d_ff=128, h=h, max_len=max_len, d_k=4))
-    learned = count_parameters(make_model(vocab, vocab, N=N, d_model=D, d_ff=128, h=h, max_len=max_len, positions="learned"))
-    assert plain - narrow == 3 * N * 2 * (D - h * 4) * (D + 1)  # w_q and w_k: D -> h * d_k, with biases
+    plain = count_parameters(
+        make_model(vocab, vocab, N=N, d_model=D, d_ff=128, h=h, max_len=max_len)
+    )
+    narrow = count_parameters(
+        make_model(vocab, vocab, N=N, d_model=D, d_ff=128, h=h, max_len=max_len, d_k=4)
+    )
+    learned = count_parameters(
+        make_model(
+            vocab, vocab, N=N, d_model=D, d_ff=128, h=h, max_len=max_len, positions="learned"
+        )
+    )
+    assert plain - narrow == 3 * N * 2 * (D - h * 4) * (
+        D + 1
+    )  # w_q and w_k: D -> h * d_k, with biases
     assert learned - plain == 2 * max_len * D
 
 
@@ -457,9 +477,15 @@ def test_learned_positions_train_and_sinusoids_do_not():
     src = torch.randint(1, 11, (2, 5))
     mask = torch.ones(2, 1, 5, dtype=torch.bool)
     model.encode(src, mask).sum().backward()
-    assert model.src_embed[1].pe.grad[0, :5].abs().sum() > 0 and model.src_embed[1].pe.grad[0, 5:].abs().sum() == 0
+    assert (
+        model.src_embed[1].pe.grad[0, :5].abs().sum() > 0
+        and model.src_embed[1].pe.grad[0, 5:].abs().sum() == 0
+    )
     assert "src_embed.1.pe" in model.state_dict()
-    assert not any(name.endswith(".pe") for name in make_model(11, 11, N=1, d_model=16, d_ff=32, h=2).state_dict())
+    assert not any(
+        name.endswith(".pe")
+        for name in make_model(11, 11, N=1, d_model=16, d_ff=32, h=2).state_dict()
+    )
 
 
 def test_parameter_count_big_shared_on_meta():
@@ -502,7 +528,12 @@ def test_error_mask_shape_cannot_broadcast():
     with pytest.raises(ValueError, match=re.escape("(3, 5, 5)")):  # batch mismatch
         mha(x, x, x, torch.ones(3, 5, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match=re.escape("(1, 4, 6)") + ".*" + re.escape("(1, 4, 5)")):
-        attention(torch.randn(1, 4, 8), torch.randn(1, 5, 8), torch.randn(1, 5, 8), torch.ones(1, 4, 6, dtype=torch.bool))
+        attention(
+            torch.randn(1, 4, 8),
+            torch.randn(1, 5, 8),
+            torch.randn(1, 5, 8),
+            torch.ones(1, 4, 6, dtype=torch.bool),
+        )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.uint8])
@@ -531,9 +562,16 @@ def test_model_compiles_to_one_graph_for_changing_shapes():
     compiled = torch.compile(model, backend="eager", fullgraph=True)
     for S, T in [(5, 4), (7, 6), (9, 3)]:  # three batch shapes, as length bucketing makes them
         src, tgt = torch.randint(1, 20, (2, S)), torch.randint(1, 20, (2, T))
-        src_mask, tgt_mask = torch.ones(2, 1, S, dtype=torch.bool), subsequent_mask(T).expand(2, T, T)
-        torch.testing.assert_close(compiled(src, tgt, src_mask, tgt_mask), model(src, tgt, src_mask, tgt_mask))
-    assert counters["stats"]["unique_graphs"] <= 2  # the first shape, then one graph with dynamic lengths
+        src_mask, tgt_mask = (
+            torch.ones(2, 1, S, dtype=torch.bool),
+            subsequent_mask(T).expand(2, T, T),
+        )
+        torch.testing.assert_close(
+            compiled(src, tgt, src_mask, tgt_mask), model(src, tgt, src_mask, tgt_mask)
+        )
+    assert (
+        counters["stats"]["unique_graphs"] <= 2
+    )  # the first shape, then one graph with dynamic lengths
     torch._dynamo.reset()
 
 
@@ -547,9 +585,28 @@ def test_error_unknown_preset():
         ModelConfig.preset("huge")
 
 
-SIZES = dict(N=1, d_model=D_MODEL, d_ff=D_FF, h=N_HEADS, dropout=0.1, max_len=50)  # a valid small model
-NOT_POSITIVE = [("N", -1), ("N", 0), ("h", -4), ("h", 0), ("d_model", 0), ("d_model", -32), ("d_ff", 0), ("max_len", 0), ("d_k", 0)]
-NOT_INTEGER = [("N", 2.5), ("d_model", 32.0), ("h", "4"), ("max_len", None), ("N", True), ("d_k", 2.5)]
+SIZES = dict(
+    N=1, d_model=D_MODEL, d_ff=D_FF, h=N_HEADS, dropout=0.1, max_len=50
+)  # a valid small model
+NOT_POSITIVE = [
+    ("N", -1),
+    ("N", 0),
+    ("h", -4),
+    ("h", 0),
+    ("d_model", 0),
+    ("d_model", -32),
+    ("d_ff", 0),
+    ("max_len", 0),
+    ("d_k", 0),
+]
+NOT_INTEGER = [
+    ("N", 2.5),
+    ("d_model", 32.0),
+    ("h", "4"),
+    ("max_len", None),
+    ("N", True),
+    ("d_k", 2.5),
+]
 BAD_DROPOUT = [float("nan"), float("inf"), -0.1, 1.0, 1.5]
 
 
@@ -574,7 +631,9 @@ def test_error_make_model_size_below_one(name, value, nothing_built):
 @pytest.mark.parametrize("name, value", NOT_INTEGER + [("src_vocab", 11.0), ("tgt_vocab", None)])
 def test_error_make_model_size_not_an_integer(name, value, nothing_built):
     args = dict(src_vocab=11, tgt_vocab=11, **SIZES) | {name: value}
-    with pytest.raises(TypeError, match=rf"^{name} must be an integer, got {name}={re.escape(repr(value))}$"):
+    with pytest.raises(
+        TypeError, match=rf"^{name} must be an integer, got {name}={re.escape(repr(value))}$"
+    ):
         make_model(**args)
 
 
@@ -586,7 +645,9 @@ def test_error_make_model_dropout_outside_unit_interval(dropout, nothing_built):
 
 @pytest.mark.parametrize("dropout", ["0.1", None, True], ids=repr)
 def test_error_make_model_dropout_not_a_number(dropout, nothing_built):
-    with pytest.raises(TypeError, match=rf"^dropout must be a number, got dropout={re.escape(repr(dropout))}$"):
+    with pytest.raises(
+        TypeError, match=rf"^dropout must be a number, got dropout={re.escape(repr(dropout))}$"
+    ):
         make_model(11, 11, **SIZES | {"dropout": dropout})
 
 
@@ -607,14 +668,18 @@ def test_error_model_config_refused_when_made(name, value, error):
 
 
 def test_error_unknown_positions_refused_when_made(nothing_built):
-    with pytest.raises(ValueError, match=r"^positions must be 'sinusoidal' or 'learned', got positions='rotary'$"):
+    with pytest.raises(
+        ValueError, match=r"^positions must be 'sinusoidal' or 'learned', got positions='rotary'$"
+    ):
         ModelConfig(positions="rotary")
     with pytest.raises(ValueError, match=r"positions='rotary'"):
         make_model(11, 11, **SIZES, positions="rotary")
 
 
 def test_error_model_config_heads_must_divide_d_model_when_made():
-    with pytest.raises(ValueError, match=r"^d_model=100 is not divisible by the number of heads h=8$"):
+    with pytest.raises(
+        ValueError, match=r"^d_model=100 is not divisible by the number of heads h=8$"
+    ):
         ModelConfig(d_model=100, h=8)  # before: accepted, failing only at .build()
 
 

@@ -31,9 +31,17 @@ from annotated_transformer.training import Batch, LabelSmoothing, run_epoch
 DEPTHS = [(1, 1), (2, 3)]  # the baseline and the deeper variant
 
 
-def build(arch: str, enc_layers: int = 1, dec_layers: int = 1, seed: int = 0) -> RecurrentEncoderDecoder:
+def build(
+    arch: str, enc_layers: int = 1, dec_layers: int = 1, seed: int = 0
+) -> RecurrentEncoderDecoder:
     torch.manual_seed(seed)
-    return RecurrentConfig(arch=arch, enc_layers=enc_layers, dec_layers=dec_layers, d_emb=16, d_hidden=24).build(30, 31).eval()
+    return (
+        RecurrentConfig(
+            arch=arch, enc_layers=enc_layers, dec_layers=dec_layers, d_emb=16, d_hidden=24
+        )
+        .build(30, 31)
+        .eval()
+    )
 
 
 def batch(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -55,7 +63,9 @@ def test_padding_gets_no_attention_and_changes_nothing(arch: str, depth: tuple[i
     src, src_mask, tgt = batch()
     features, weights = model.run(src, tgt, src_mask)
     assert torch.all(weights.masked_select(~src_mask.expand_as(weights)) == 0)
-    longer = torch.cat([src, torch.zeros(3, 4, dtype=src.dtype)], dim=1)  # four more padding positions
+    longer = torch.cat(
+        [src, torch.zeros(3, 4, dtype=src.dtype)], dim=1
+    )  # four more padding positions
     features_longer, weights_longer = model.run(longer, tgt, (longer != 0).unsqueeze(-2))
     torch.testing.assert_close(features_longer, features)
     torch.testing.assert_close(weights_longer[..., :7], weights)
@@ -63,7 +73,9 @@ def test_padding_gets_no_attention_and_changes_nothing(arch: str, depth: tuple[i
 
 @pytest.mark.parametrize("depth", DEPTHS)
 @torch.no_grad()
-def test_the_lexical_context_is_the_attention_weighted_source_embeddings(depth: tuple[int, int]) -> None:
+def test_the_lexical_context_is_the_attention_weighted_source_embeddings(
+    depth: tuple[int, int],
+) -> None:
     model = build("lexical", *depth)
     src, src_mask, tgt = batch()
     features, weights = model.run(src, tgt, src_mask)  # (B, T, H + E), (B, T, S)
@@ -76,7 +88,9 @@ def test_the_lexical_context_is_the_attention_weighted_source_embeddings(depth: 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("depth", DEPTHS)
 @torch.no_grad()
-def test_step_by_step_decoding_equals_teacher_forcing_after_reordering(arch: str, depth: tuple[int, int]) -> None:
+def test_step_by_step_decoding_equals_teacher_forcing_after_reordering(
+    arch: str, depth: tuple[int, int]
+) -> None:
     model = build(arch, *depth)
     src, src_mask, tgt = batch()
     teacher = model.generator(model(src, tgt, src_mask))  # (B, T, V)
@@ -126,33 +140,113 @@ def test_run_epoch_trains_every_architecture(arch: str) -> None:
 TRAIN = ["--max-tokens", "400", "--warmup", "20", "--quiet", "--epochs", "1"]
 
 
-def test_train_a_deeper_lexical_model_and_use_its_checkpoint(data_dir: Path, tmp_path: Path, capsys) -> None:
+def test_train_a_deeper_lexical_model_and_use_its_checkpoint(
+    data_dir: Path, tmp_path: Path, capsys
+) -> None:
     out = tmp_path / "lexical"
-    assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--arch", "lexical", "--enc-layers", "2", "--dec-layers", "3",
-                 "--train-pairs", "100", *TRAIN]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--out",
+                str(out),
+                "--data-dir",
+                str(data_dir),
+                "--arch",
+                "lexical",
+                "--enc-layers",
+                "2",
+                "--dec-layers",
+                "3",
+                "--train-pairs",
+                "100",
+                *TRAIN,
+            ]
+        )
+        == 0
+    )
     ckpt = load_checkpoint(out / "last.pt")
     assert ckpt["config"]["model"]["arch"] == "lexical" and ckpt["config"]["train_pairs"] == 100
     model, src_vocab, _ = model_from_checkpoint(ckpt)
-    assert isinstance(model, RecurrentEncoderDecoder) and (model.config.enc_layers, model.config.dec_layers) == (2, 3)
-    assert model.encoder.num_layers == 2 and model.decoder.num_layers == 3 and model.lexical is not None
+    assert isinstance(model, RecurrentEncoderDecoder) and (
+        model.config.enc_layers,
+        model.config.dec_layers,
+    ) == (2, 3)
+    assert (
+        model.encoder.num_layers == 2
+        and model.decoder.num_layers == 3
+        and model.lexical is not None
+    )
     for name, value in model.state_dict().items():
         torch.testing.assert_close(value, ckpt["model"][name])
     capsys.readouterr()
-    assert main(["translate", "--checkpoint", str(out / "last.pt"), "--beam", "2", "Ein Hund sieht einen Ball."]) == 0
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                str(out / "last.pt"),
+                "--beam",
+                "2",
+                "Ein Hund sieht einen Ball.",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.strip()
-    assert main(["evaluate", "--checkpoint", str(out / "last.pt"), "--data-dir", str(data_dir), "--split", "val", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(out / "last.pt"),
+                "--data-dir",
+                str(data_dir),
+                "--split",
+                "val",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert "BLEU" in capsys.readouterr().out
-    assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--resume", "--quiet", "--epochs", "2"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--out",
+                str(out),
+                "--data-dir",
+                str(data_dir),
+                "--resume",
+                "--quiet",
+                "--epochs",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert load_checkpoint(out / "last.pt")["epoch"] == 2
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--arch", "lstm", "--model", "small"], "--model chooses a Transformer's size: it does not apply to --arch lstm"),
-    (["--enc-layers", "2"], "--enc-layers and --dec-layers size a recurrent model"),
-    (["--arch", "transformer", "--dec-layers", "3"], "--enc-layers and --dec-layers size a recurrent model"),
-    (["--arch", "gru"], "invalid choice: 'gru'"),
-])
-def test_flags_that_do_not_apply_are_usage_errors(flags: list[str], message: str, tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--arch", "lstm", "--model", "small"],
+            "--model chooses a Transformer's size: it does not apply to --arch lstm",
+        ),
+        (["--enc-layers", "2"], "--enc-layers and --dec-layers size a recurrent model"),
+        (
+            ["--arch", "transformer", "--dec-layers", "3"],
+            "--enc-layers and --dec-layers size a recurrent model",
+        ),
+        (["--arch", "gru"], "invalid choice: 'gru'"),
+    ],
+)
+def test_flags_that_do_not_apply_are_usage_errors(
+    flags: list[str], message: str, tmp_path: Path, capsys
+) -> None:
     try:
         status = main(["train", "--out", str(tmp_path / "run"), *flags, *TRAIN])
     except SystemExit as stop:  # argparse's own errors
@@ -163,28 +257,123 @@ def test_flags_that_do_not_apply_are_usage_errors(flags: list[str], message: str
     assert not (tmp_path / "run").exists()
 
 
-def test_a_run_of_one_architecture_is_not_resumed_as_another(data_dir: Path, tmp_path: Path, capsys) -> None:
+def test_a_run_of_one_architecture_is_not_resumed_as_another(
+    data_dir: Path, tmp_path: Path, capsys
+) -> None:
     out = tmp_path / "run"
-    assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--model", "tiny", "--train-pairs", "60", *TRAIN]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--out",
+                str(out),
+                "--data-dir",
+                str(data_dir),
+                "--model",
+                "tiny",
+                "--train-pairs",
+                "60",
+                *TRAIN,
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
-    assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--resume", "--arch", "lstm", *TRAIN]) == 1
+    assert (
+        main(
+            [
+                "train",
+                "--out",
+                str(out),
+                "--data-dir",
+                str(data_dir),
+                "--resume",
+                "--arch",
+                "lstm",
+                *TRAIN,
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err.strip()
     assert err.endswith("holds a transformer model, not a lstm one") and "\n" not in err
 
 
-def test_more_training_pairs_than_there_are_is_refused(data_dir: Path, tmp_path: Path, capsys) -> None:
-    assert main(["train", "--out", str(tmp_path / "run"), "--data-dir", str(data_dir), "--arch", "lstm", "--train-pairs", "100000", *TRAIN]) == 1
+def test_more_training_pairs_than_there_are_is_refused(
+    data_dir: Path, tmp_path: Path, capsys
+) -> None:
+    assert (
+        main(
+            [
+                "train",
+                "--out",
+                str(tmp_path / "run"),
+                "--data-dir",
+                str(data_dir),
+                "--arch",
+                "lstm",
+                "--train-pairs",
+                "100000",
+                *TRAIN,
+            ]
+        )
+        == 1
+    )
     assert "train_pairs=100,000 is more than the" in capsys.readouterr().err
 
 
-def test_translate_saves_a_recurrent_model_s_attention(data_dir: Path, tmp_path: Path, capsys) -> None:
+def test_translate_saves_a_recurrent_model_s_attention(
+    data_dir: Path, tmp_path: Path, capsys
+) -> None:
     out = tmp_path / "run"
-    assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--arch", "lstm", "--train-pairs", "60", *TRAIN]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--out",
+                str(out),
+                "--data-dir",
+                str(data_dir),
+                "--arch",
+                "lstm",
+                "--train-pairs",
+                "60",
+                *TRAIN,
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
-    assert main(["translate", "--checkpoint", str(out / "last.pt"), "--attention", str(tmp_path / "a.png"), "Ein Hund."]) == 0
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                str(out / "last.pt"),
+                "--attention",
+                str(tmp_path / "a.png"),
+                "Ein Hund.",
+            ]
+        )
+        == 0
+    )
     assert "attention of layer 0 saved to" in capsys.readouterr().err
     assert (tmp_path / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert main(["translate", "--checkpoint", str(out / "last.pt"), "--attention", str(tmp_path / "b.png"), "--layer", "1", "Ein Hund."]) == 2
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                str(out / "last.pt"),
+                "--attention",
+                str(tmp_path / "b.png"),
+                "--layer",
+                "1",
+                "Ein Hund.",
+            ]
+        )
+        == 2
+    )
     assert "--layer 1 is out of range: the model has 1 layers" in capsys.readouterr().err
     assert not (tmp_path / "b.png").exists()
 
@@ -194,14 +383,29 @@ def test_sentence_attention_of_a_recurrent_model_is_its_attention_over_the_sourc
     from annotated_transformer.data import SPECIALS, Vocab
     from annotated_transformer.visualization import sentence_attention
 
-    src_vocab, tgt_vocab = Vocab([*SPECIALS, "Ein", "Hund", "läuft", "."]), Vocab([*SPECIALS, "A", "dog", "runs", "."])
+    src_vocab, tgt_vocab = (
+        Vocab([*SPECIALS, "Ein", "Hund", "läuft", "."]),
+        Vocab([*SPECIALS, "A", "dog", "runs", "."]),
+    )
     torch.manual_seed(0)
-    model = RecurrentConfig(arch="lexical", d_emb=8, d_hidden=12).build(len(src_vocab), len(tgt_vocab)).train()
-    maps = sentence_attention(model, "Ein Hund läuft.", src_vocab, tgt_vocab, translation=["A", "dog", "runs", "."])
+    model = (
+        RecurrentConfig(arch="lexical", d_emb=8, d_hidden=12)
+        .build(len(src_vocab), len(tgt_vocab))
+        .train()
+    )
+    maps = sentence_attention(
+        model, "Ein Hund läuft.", src_vocab, tgt_vocab, translation=["A", "dog", "runs", "."]
+    )
     assert not model.training  # the maps are dropout-free
-    assert (maps.src_tokens, maps.tgt_tokens) == (["<s>", "Ein", "Hund", "läuft", ".", "</s>"], ["<s>", "A", "dog", "runs", "."])
+    assert (maps.src_tokens, maps.tgt_tokens) == (
+        ["<s>", "Ein", "Hund", "läuft", ".", "</s>"],
+        ["<s>", "A", "dog", "runs", "."],
+    )
     src, tgt = torch.tensor([[0, 4, 5, 6, 7, 1]]), torch.tensor([[0, 4, 5, 6, 7]])
     assert list(maps.weights) == maps.kinds == ["decoder_src"]
-    torch.testing.assert_close(maps.weights["decoder_src"], model.run(src, tgt, torch.ones(1, 1, 6, dtype=torch.bool))[1][None])
+    torch.testing.assert_close(
+        maps.weights["decoder_src"],
+        model.run(src, tgt, torch.ones(1, 1, 6, dtype=torch.bool))[1][None],
+    )
     page = maps.to_html()  # Part 7's interactive view offers the one kind there is
     assert '<option value="decoder_src">' in page and '<option value="encoder">' not in page

@@ -42,11 +42,15 @@ from annotated_transformer.subwords import (
 
 
 # =========================================================================== the teaching BPE against subword-nmt
-def reference_merges(sentences: list[str], num_merges: int, min_frequency: int = 2) -> tuple[list[tuple[str, str]], str]:
+def reference_merges(
+    sentences: list[str], num_merges: int, min_frequency: int = 2
+) -> tuple[list[tuple[str, str]], str]:
     "subword-nmt's merges for `sentences`, and the codes file they came from."
     out = io.StringIO()
     with contextlib.redirect_stderr(io.StringIO()):  # progress bar, "no pair has frequency >= ..."
-        reference_learn_bpe(io.StringIO("\n".join(sentences)), out, num_merges, min_frequency=min_frequency)
+        reference_learn_bpe(
+            io.StringIO("\n".join(sentences)), out, num_merges, min_frequency=min_frequency
+        )
     version, *lines = out.getvalue().splitlines()
     assert version == "#version: 0.2"
     return [tuple(line.split(" ")) for line in lines], out.getvalue()
@@ -55,8 +59,13 @@ def reference_merges(sentences: list[str], num_merges: int, min_frequency: int =
 def random_sentences(seed: int, alphabet: str, n: int = 300) -> list[str]:
     "n sentences of 1-10 random words of 1-8 letters from `alphabet`."
     rng = random.Random(seed)
-    return [" ".join("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8))) for _ in range(rng.randint(1, 10)))
-            for _ in range(n)]
+    return [
+        " ".join(
+            "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8)))
+            for _ in range(rng.randint(1, 10))
+        )
+        for _ in range(n)
+    ]
 
 
 def synthetic_sentences() -> list[str]:
@@ -64,7 +73,10 @@ def synthetic_sentences() -> list[str]:
     return [side.replace(".", " .") for pair in sampled_pairs(300) for side in pair]
 
 
-CORPORA = {f"random {alphabet} {seed}": random_sentences(seed, alphabet) for seed, alphabet in enumerate(["ab", "abc", "abcdefgh"])}
+CORPORA = {
+    f"random {alphabet} {seed}": random_sentences(seed, alphabet)
+    for seed, alphabet in enumerate(["ab", "abc", "abcdefgh"])
+}
 CORPORA["synthetic German-English"] = synthetic_sentences()
 
 
@@ -80,7 +92,11 @@ def test_merges_are_those_of_subword_nmt(corpus: str, min_frequency: int) -> Non
 
 def test_a_tie_goes_to_the_greatest_pair_as_in_subword_nmt() -> None:
     sentences = ["ab cd ab cd"]  # ("a", "b</w>") and ("c", "d</w>") both occur twice
-    assert learn_bpe(word_counts(sentences), 1) == reference_merges(sentences, 1)[0] == [("c", "d</w>")]
+    assert (
+        learn_bpe(word_counts(sentences), 1)
+        == reference_merges(sentences, 1)[0]
+        == [("c", "d</w>")]
+    )
 
 
 def test_learning_stops_when_no_pair_is_frequent_enough() -> None:
@@ -97,7 +113,9 @@ def test_segmentation_is_that_of_subword_nmt(corpus: str) -> None:
     merges, codes = reference_merges(sentences, 300)
     reference, ranks = BPE(io.StringIO(codes)), merge_ranks(merges)
     rng = random.Random(1)
-    unseen = ["".join(rng.choice("abcdefghxyz") for _ in range(rng.randint(1, 12))) for _ in range(200)]
+    unseen = [
+        "".join(rng.choice("abcdefghxyz") for _ in range(rng.randint(1, 12))) for _ in range(200)
+    ]
     words = [*word_counts(sentences), *unseen, "Mannschaft", "Basketballspieler", "x"]
     for word in words:
         ours = apply_bpe(word, ranks)
@@ -110,7 +128,9 @@ def test_a_merge_listed_twice_keeps_its_first_rank() -> None:
 
 
 def test_apply_bpe_merges_by_rank_not_by_position() -> None:
-    ranks = merge_ranks([("b", "c</w>"), ("a", "b")])  # "bc</w>" was learned first: it wins over the earlier "ab"
+    ranks = merge_ranks(
+        [("b", "c</w>"), ("a", "b")]
+    )  # "bc</w>" was learned first: it wins over the earlier "ab"
     assert apply_bpe("abc", ranks) == ["a", "bc</w>"]
     assert apply_bpe("ab", ranks) == ["a", "b</w>"]  # ("a", "b") is not ("a", "b</w>")
 
@@ -164,7 +184,10 @@ def test_nothing_is_unknown_unseen_characters_become_bytes(tokenizer: SubwordTok
     for pieces in tokenizer.tokenize(ODD_TEXTS):
         assert set(pieces) <= known
     assert tokenizer.tokenize(["😀"])[0][-4:] == ["<0xF0>", "<0x9F>", "<0x98>", "<0x80>"]
-    assert tokenizer.processor.unk_id() not in tokenizer.processor.encode(ODD_TEXTS[6:10], out_type=int)[0]
+    assert (
+        tokenizer.processor.unk_id()
+        not in tokenizer.processor.encode(ODD_TEXTS[6:10], out_type=int)[0]
+    )
 
 
 def test_a_literal_mark_is_kept_apart_from_spaces(tokenizer: SubwordTokenizer) -> None:
@@ -173,7 +196,9 @@ def test_a_literal_mark_is_kept_apart_from_spaces(tokenizer: SubwordTokenizer) -
     assert tokenizer.detokenize(with_mark) == "a▁b" and tokenizer.detokenize(with_space) == "a b"
 
 
-def test_words_of_the_training_text_are_pieces_that_start_with_the_space_mark(tokenizer: SubwordTokenizer) -> None:
+def test_words_of_the_training_text_are_pieces_that_start_with_the_space_mark(
+    tokenizer: SubwordTokenizer,
+) -> None:
     assert tokenizer.tokenize(["Ein Mann"])[0] == ["▁Ein", "▁Mann"]
 
 
@@ -181,8 +206,14 @@ def test_pieces_lists_every_piece_but_the_special_tokens(tokenizer: SubwordToken
     pieces = tokenizer.pieces()
     assert len(pieces) == len(set(pieces)) == 396  # vocab_size less <s>, </s>, <blank> and <unk>
     assert not set(SPECIALS) & set(pieces)
-    assert pieces[:3] == ["<0x00>", "<0x01>", "<0x02>"]  # the byte pieces come right after the special tokens
-    assert len(shared_vocab(tokenizer)) == 400 and shared_vocab(tokenizer).itos[4:] == pieces  # Vocab's ids are the model's
+    assert pieces[:3] == [
+        "<0x00>",
+        "<0x01>",
+        "<0x02>",
+    ]  # the byte pieces come right after the special tokens
+    assert (
+        len(shared_vocab(tokenizer)) == 400 and shared_vocab(tokenizer).itos[4:] == pieces
+    )  # Vocab's ids are the model's
 
 
 def test_training_is_deterministic(texts: list[str], tokenizer: SubwordTokenizer) -> None:
@@ -192,17 +223,24 @@ def test_training_is_deterministic(texts: list[str], tokenizer: SubwordTokenizer
 
 
 def test_vocab_size_bounds_are_those_the_error_states(texts: list[str]) -> None:
-    with pytest.raises(ValueError, match=r"^vocab_size=100000 is too large for these texts: they support at most \d+$") as large:
+    with pytest.raises(
+        ValueError,
+        match=r"^vocab_size=100000 is too large for these texts: they support at most \d+$",
+    ) as large:
         SubwordTokenizer.train(texts, vocab_size=100_000)
     most = int(re.search(r"at most (\d+)", str(large.value))[1])
     assert len(SubwordTokenizer.train(texts, vocab_size=most).pieces()) == most - len(SPECIALS)
     with pytest.raises(ValueError, match=f"vocab_size={most + 1} is too large"):
         SubwordTokenizer.train(texts, vocab_size=most + 1)
 
-    with pytest.raises(ValueError, match=r"^vocab_size=10 is too small for these texts: .* need at least \d+$") as small:
+    with pytest.raises(
+        ValueError, match=r"^vocab_size=10 is too small for these texts: .* need at least \d+$"
+    ) as small:
         SubwordTokenizer.train(texts, vocab_size=10)
     least = int(re.search(r"at least (\d+)", str(small.value))[1])
-    assert least == len(SPECIALS) + 256 + len(set("".join(texts).replace(" ", "▁")) | {"▁"})  # specials, bytes, characters
+    assert least == len(SPECIALS) + 256 + len(
+        set("".join(texts).replace(" ", "▁")) | {"▁"}
+    )  # specials, bytes, characters
     SubwordTokenizer.train(texts, vocab_size=least)
     with pytest.raises(ValueError, match=f"vocab_size={least - 1} is too small"):
         SubwordTokenizer.train(texts, vocab_size=least - 1)
@@ -214,7 +252,9 @@ def test_empty_input_is_refused(empty: list[str]) -> None:
         SubwordTokenizer.train(empty, vocab_size=300)
 
 
-def test_one_text_instead_of_a_list_is_refused(texts: list[str], tokenizer: SubwordTokenizer) -> None:
+def test_one_text_instead_of_a_list_is_refused(
+    texts: list[str], tokenizer: SubwordTokenizer
+) -> None:
     with pytest.raises(TypeError, match="not one text"):
         tokenizer.tokenize("Ein Hund.")
     with pytest.raises(TypeError, match="not one text"):
@@ -223,24 +263,39 @@ def test_one_text_instead_of_a_list_is_refused(texts: list[str], tokenizer: Subw
 
 def test_training_is_quiet(texts: list[str], capfd: pytest.CaptureFixture) -> None:
     SubwordTokenizer.train(texts, vocab_size=350)
-    assert capfd.readouterr() == ("", "")  # sentencepiece's C++ log would go straight to file descriptor 2
+    assert capfd.readouterr() == (
+        "",
+        "",
+    )  # sentencepiece's C++ log would go straight to file descriptor 2
 
 
 # =========================================================================== state_dict
-def test_state_dict_loads_with_the_restricted_unpickler(tokenizer: SubwordTokenizer, tmp_path) -> None:
+def test_state_dict_loads_with_the_restricted_unpickler(
+    tokenizer: SubwordTokenizer, tmp_path
+) -> None:
     state = tokenizer.state_dict()
-    assert state == {"type": "sentencepiece", "model": tokenizer.model, "sha256": hashlib.sha256(tokenizer.model).hexdigest()}
+    assert state == {
+        "type": "sentencepiece",
+        "model": tokenizer.model,
+        "sha256": hashlib.sha256(tokenizer.model).hexdigest(),
+    }
     torch.save({"tokenizer": state}, tmp_path / "ckpt.pt")
-    loaded = SubwordTokenizer.from_state_dict(torch.load(tmp_path / "ckpt.pt", weights_only=True)["tokenizer"])
+    loaded = SubwordTokenizer.from_state_dict(
+        torch.load(tmp_path / "ckpt.pt", weights_only=True)["tokenizer"]
+    )
     assert loaded.model == tokenizer.model
     assert loaded.tokenize(ODD_TEXTS) == tokenizer.tokenize(ODD_TEXTS)
 
 
-def test_a_damaged_or_foreign_state_is_refused_naming_its_source(tokenizer: SubwordTokenizer) -> None:
+def test_a_damaged_or_foreign_state_is_refused_naming_its_source(
+    tokenizer: SubwordTokenizer,
+) -> None:
     state = tokenizer.state_dict()
     damaged = bytearray(state["model"])
     damaged[len(damaged) // 2] ^= 0x01
-    with pytest.raises(ValueError, match="^runs/x/last.pt: its sentencepiece model does not match its SHA-256"):
+    with pytest.raises(
+        ValueError, match="^runs/x/last.pt: its sentencepiece model does not match its SHA-256"
+    ):
         SubwordTokenizer.from_state_dict({**state, "model": bytes(damaged)}, "runs/x/last.pt")
     with pytest.raises(ValueError, match="does not match its SHA-256"):
         SubwordTokenizer.from_state_dict({**state, "sha256": "0" * 64}, "runs/x/last.pt")
@@ -254,21 +309,34 @@ def test_a_damaged_or_foreign_state_is_refused_naming_its_source(tokenizer: Subw
         SubwordTokenizer(b"")
     garbage = b"not a sentencepiece model"
     with pytest.raises(ValueError, match="are not a sentencepiece model"):
-        SubwordTokenizer.from_state_dict({"type": "sentencepiece", "model": garbage, "sha256": hashlib.sha256(garbage).hexdigest()})
+        SubwordTokenizer.from_state_dict(
+            {
+                "type": "sentencepiece",
+                "model": garbage,
+                "sha256": hashlib.sha256(garbage).hexdigest(),
+            }
+        )
 
 
 # =========================================================================== shared_vocab
-def test_shared_vocab_starts_with_the_specials_and_covers_every_piece(tokenizer: SubwordTokenizer) -> None:
+def test_shared_vocab_starts_with_the_specials_and_covers_every_piece(
+    tokenizer: SubwordTokenizer,
+) -> None:
     vocab = shared_vocab(tokenizer)
     assert tuple(vocab.itos[: len(SPECIALS)]) == SPECIALS
     assert vocab.itos[len(SPECIALS) :] == tokenizer.pieces()
     for pieces in tokenizer.tokenize(ODD_TEXTS):
         assert vocab.unk not in vocab.encode(pieces)
-        assert tokenizer.detokenize(vocab.decode(vocab.encode_sentence(pieces))) == tokenizer.detokenize(pieces)
+        assert tokenizer.detokenize(
+            vocab.decode(vocab.encode_sentence(pieces))
+        ) == tokenizer.detokenize(pieces)
 
 
 def test_no_special_token_is_learned_as_a_piece() -> None:
-    texts = ["<s> a <unk> b </s> <blank> <s><s></s>"] * 100 + ["a dog runs", "the cat <s> sleeps"] * 50
+    texts = ["<s> a <unk> b </s> <blank> <s><s></s>"] * 100 + [
+        "a dog runs",
+        "the cat <s> sleeps",
+    ] * 50
     tokenizer = SubwordTokenizer.train(texts, vocab_size=300)
     assert not set(SPECIALS) & set(tokenizer.pieces())
     vocab = shared_vocab(tokenizer)

@@ -87,7 +87,10 @@ def test_batch_shapes_shift_masks_and_ntokens():
     b = Batch(src, tgt, pad=0)
     assert b.src is src
     assert b.src_mask.shape == (2, 1, 5) and b.src_mask.dtype == torch.bool
-    torch.testing.assert_close(b.src_mask, torch.tensor([[[True, True, True, True, False]], [[True, True, False, False, False]]]))
+    torch.testing.assert_close(
+        b.src_mask,
+        torch.tensor([[[True, True, True, True, False]], [[True, True, False, False, False]]]),
+    )
     torch.testing.assert_close(b.tgt, tgt[:, :-1])
     torch.testing.assert_close(b.tgt_y, tgt[:, 1:])
     assert b.tgt.shape == b.tgt_y.shape == (2, 3)
@@ -133,11 +136,20 @@ def test_make_tgt_mask_hides_padding_and_the_future():
     tgt = torch.tensor([[1, 3, 0], [1, 0, 0]])
     mask = Batch.make_tgt_mask(tgt, pad=0)
     assert mask.shape == (2, 3, 3) and mask.dtype == torch.bool
-    torch.testing.assert_close(mask[0], torch.tensor([[True, False, False], [True, True, False], [True, True, False]]))
+    torch.testing.assert_close(
+        mask[0], torch.tensor([[True, False, False], [True, True, False], [True, True, False]])
+    )
     torch.testing.assert_close(mask[1], torch.tensor([[True, False, False]] * 3))
 
 
-@pytest.mark.parametrize("src", [torch.zeros(0, 5, dtype=torch.long), torch.zeros(3, 0, dtype=torch.long), torch.tensor([1, 2, 3])])
+@pytest.mark.parametrize(
+    "src",
+    [
+        torch.zeros(0, 5, dtype=torch.long),
+        torch.zeros(3, 0, dtype=torch.long),
+        torch.tensor([1, 2, 3]),
+    ],
+)
 def test_batch_rejects_empty_or_non_2d_source(src):
     with pytest.raises(ValueError, match="empty batch"):
         Batch(src, None, pad=0)
@@ -152,7 +164,12 @@ def test_batch_rejects_all_padding_targets():
 
 @pytest.mark.parametrize(
     "tgt",
-    [torch.tensor([[1, 3, 4]]), torch.tensor([[1], [1]]), torch.tensor([1, 3, 4]), torch.tensor([[1, 3], [1, 4], [1, 5]])],
+    [
+        torch.tensor([[1, 3, 4]]),
+        torch.tensor([[1], [1]]),
+        torch.tensor([1, 3, 4]),
+        torch.tensor([[1, 3], [1, 4], [1, 5]]),
+    ],
     ids=["batch-too-small", "length-1", "1d", "batch-too-large"],
 )
 def test_batch_rejects_mismatched_or_short_target(tgt):
@@ -238,7 +255,9 @@ def test_sampler_is_deterministic_per_seed_and_epoch():
     a.set_epoch(1)
     e1 = list(a)
     assert e0 != e1
-    assert sorted(map(sorted, e0)) != sorted(map(sorted, e1))  # new tie-breaks, not only a new batch order
+    assert sorted(map(sorted, e0)) != sorted(
+        map(sorted, e1)
+    )  # new tie-breaks, not only a new batch order
     c = TokenBatchSampler(lengths, 80, seed=2)
     assert list(c) != e0  # epoch 0 of another seed
 
@@ -273,7 +292,9 @@ def test_sampler_shards_over_processes(num_replicas):
     for i in range(num_replicas):
         for j in range(i + 1, num_replicas):
             assert not as_sets[i] & as_sets[j]  # disjoint batches
-            assert not {x for b in shards[i] for x in b} & {x for b in shards[j] for x in b}  # disjoint examples
+            assert not {x for b in shards[i] for x in b} & {
+                x for b in shards[j] for x in b
+            }  # disjoint examples
     union = set().union(*as_sets)
     assert union == {tuple(b) for b in all_batches[:usable]}
     assert sum(len(sh) for sh in shards) == usable
@@ -338,7 +359,9 @@ def test_noam_optimizer_settings_and_schedule():
     assert opt.defaults["betas"] == (0.9, 0.98)
     assert opt.defaults["eps"] == 1e-9
     held = [p for g in opt.param_groups for p in g["params"]]
-    assert len(held) == len(list(model.parameters())) and {id(p) for p in held} == {id(p) for p in model.parameters()}  # each parameter once
+    assert len(held) == len(list(model.parameters())) and {id(p) for p in held} == {
+        id(p) for p in model.parameters()
+    }  # each parameter once
     assert opt.param_groups[0]["lr"] == pytest.approx(rate(0, 16, 2.0, 10), rel=1e-12)
     for k in range(1, 30):
         opt.step()
@@ -351,7 +374,9 @@ def test_noam_optimizer_fused_only_on_gpus_and_same_steps():
     "On CPU parameters the default is Adam tensor by tensor; the fused kernel (GPUs' default) takes the same steps."
     assert noam_optimizer(tiny_model(), 16)[0].defaults["fused"] is False
     models = [tiny_model(), tiny_model()]  # the same weights (seed 0)
-    opts = [noam_optimizer(m, 16, warmup=3, fused=fused)[0] for m, fused in zip(models, (False, True))]
+    opts = [
+        noam_optimizer(m, 16, warmup=3, fused=fused)[0] for m, fused in zip(models, (False, True))
+    ]
     for step in range(5):
         torch.manual_seed(step)
         grads = [torch.randn_like(p) for p in models[0].parameters()]
@@ -361,7 +386,9 @@ def test_noam_optimizer_fused_only_on_gpus_and_same_steps():
             opt.step()
     for a, b in zip(models[0].parameters(), models[1].parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-    assert not torch.equal(next(models[0].parameters()), next(tiny_model().parameters()))  # the steps moved the weights
+    assert not torch.equal(
+        next(models[0].parameters()), next(tiny_model().parameters())
+    )  # the steps moved the weights
 
 
 def test_noam_optimizer_rejects_no_warmup():
@@ -386,7 +413,9 @@ def random_logits_and_labels(n: int, size: int, padding_idx: int, seed: int):
 @pytest.mark.parametrize("padding_idx", [0, 7, -1], ids=["pad-first", "pad-middle", "pad-last"])
 def test_label_smoothing_matches_kl_div_and_its_gradients(size, smoothing, padding_idx):
     padding_idx = padding_idx % size
-    logits, target = random_logits_and_labels(64, size, padding_idx, seed=size + int(smoothing * 10) + padding_idx)
+    logits, target = random_logits_and_labels(
+        64, size, padding_idx, seed=size + int(smoothing * 10) + padding_idx
+    )
     crit = LabelSmoothing(size, padding_idx, smoothing)
 
     a = logits.clone().requires_grad_()
@@ -536,11 +565,22 @@ def test_label_smoothing_negative_padding_idx_counts_from_the_end(smoothing):
     logp = F.log_softmax(logits, dim=-1)
     reference = F.kl_div(logp, smoothed_targets(target, size, size - 1, smoothing), reduction="sum")
     for padding_idx in (-1, size - 1):
-        torch.testing.assert_close(LabelSmoothing(size, padding_idx, smoothing)(logp, target), reference, rtol=1e-5, atol=1e-4)
-    torch.testing.assert_close(smoothed_targets(target, size, -1, smoothing), smoothed_targets(target, size, size - 1, smoothing))
+        torch.testing.assert_close(
+            LabelSmoothing(size, padding_idx, smoothing)(logp, target),
+            reference,
+            rtol=1e-5,
+            atol=1e-4,
+        )
+    torch.testing.assert_close(
+        smoothed_targets(target, size, -1, smoothing),
+        smoothed_targets(target, size, size - 1, smoothing),
+    )
     logits, target = random_logits_and_labels(40, size, 0, seed=6)
     logp = F.log_softmax(logits, dim=-1)
-    torch.testing.assert_close(LabelSmoothing(size, -size, smoothing)(logp, target), LabelSmoothing(size, 0, smoothing)(logp, target))
+    torch.testing.assert_close(
+        LabelSmoothing(size, -size, smoothing)(logp, target),
+        LabelSmoothing(size, 0, smoothing)(logp, target),
+    )
 
 
 @pytest.mark.parametrize("padding_idx", [10, 11, -11, -100])
@@ -557,11 +597,16 @@ def test_label_smoothing_rejects_labels_that_are_not_integer_ids(dtype):
     crit = LabelSmoothing(10, 0, 0.1)
     logp = F.log_softmax(torch.randn(4, 10), dim=-1)
     target = torch.tensor([1, 0, 3, 9])
-    with pytest.raises(TypeError, match=rf"^labels must be integer class ids \(int64 or int32\), got dtype {re.escape(str(dtype))}$"):
+    with pytest.raises(
+        TypeError,
+        match=rf"^labels must be integer class ids \(int64 or int32\), got dtype {re.escape(str(dtype))}$",
+    ):
         crit(logp, target.to(dtype))
     with pytest.raises(TypeError, match=re.escape(str(dtype))):
         smoothed_targets(target.to(dtype), 10, 0, 0.1)
-    torch.testing.assert_close(crit(logp, target.int()), crit(logp, target))  # int32 ids are ids too
+    torch.testing.assert_close(
+        crit(logp, target.int()), crit(logp, target)
+    )  # int32 ids are ids too
 
 
 @pytest.mark.parametrize("bad", [10, 57, -1])
@@ -580,7 +625,11 @@ def test_label_smoothing_rejects_labels_outside_vocabulary(bad):
 def test_label_smoothing_rejects_a_label_count_unlike_the_rows(shape, smoothing):
     # before, with 3 labels for 4 rows and no smoothing, gather read the first 3 rows and the loss silently left one out
     crit = LabelSmoothing(10, 0, smoothing)
-    with pytest.raises(ValueError, match=r"^expected one label per row of the log-probabilities, shape \(4,\), got " + re.escape(str(shape))):
+    with pytest.raises(
+        ValueError,
+        match=r"^expected one label per row of the log-probabilities, shape \(4,\), got "
+        + re.escape(str(shape)),
+    ):
         crit(F.log_softmax(torch.randn(4, 10), dim=-1), torch.ones(shape, dtype=torch.long))
 
 
@@ -604,7 +653,9 @@ def padded_batches() -> list[Batch]:
 def test_gradient_accumulation_equals_one_big_batch():
     data = [random_copy_data(8, 6, seed=s) for s in (1, 2)]
     for d in data:
-        d[6:, 2:] = PAD  # padding in the second halves: every loss token weighs the same, whichever batch holds it
+        d[6:, 2:] = (
+            PAD  # padding in the second halves: every loss token weighs the same, whichever batch holds it
+        )
     whole = [Batch(d, d.clone(), pad=PAD) for d in data]
     halves = [Batch(h, h.clone(), pad=PAD) for d in data for h in (d[:4], d[4:])]
     assert halves[0].ntokens != halves[1].ntokens
@@ -622,7 +673,9 @@ def test_gradient_accumulation_equals_one_big_batch():
     assert sa.optimizer_steps == sb.optimizer_steps == 2 and sb.batches == 4
     assert max_param_diff(start, params(a)) > 1e-3  # it did train
     assert_params_equal(params(a), params(b), atol=1e-6)
-    assert max_param_diff(params(a), params(c)) > 1e-4  # four small steps are not the same: the check can tell
+    assert (
+        max_param_diff(params(a), params(c)) > 1e-4
+    )  # four small steps are not the same: the check can tell
 
 
 def test_scheduler_steps_once_per_optimizer_step_after_the_update():
@@ -638,7 +691,9 @@ def test_scheduler_steps_once_per_optimizer_step_after_the_update():
     assert opt.param_groups[0]["lr"] == 0.0
     after_one = params(model)
     assert max_param_diff(start, after_one) > 1e-4
-    _, state = run_epoch(batches[2:], model, crit(), opt, sched, accum_iter=2, state=state, progress=False)
+    _, state = run_epoch(
+        batches[2:], model, crit(), opt, sched, accum_iter=2, state=state, progress=False
+    )
     assert state.optimizer_steps == 2 and sched.last_epoch == 2
     assert_params_equal(after_one, params(model))  # the second update ran at lr 0
 
@@ -663,7 +718,9 @@ def test_incomplete_final_accumulation_is_a_step_over_its_own_tokens():
     assert state.batches == 3
     assert state.optimizer_steps == 2
     assert sched_a.last_epoch == 2
-    assert all(p.grad is None for p in a.parameters())  # the gradients were cleared after the last step
+    assert all(
+        p.grad is None for p in a.parameters()
+    )  # the gradients were cleared after the last step
     # the last, lone batch is a step normalized by its own tokens: the same as one step on it with accum_iter=1
     opt_b = torch.optim.SGD(b.parameters(), lr=0.5)
     run_epoch(batches[:2], b, crit(), opt_b, accum_iter=2, progress=False)
@@ -688,10 +745,16 @@ def test_train_state_counts_and_continues():
 def test_train_state_from_dict_reads_new_and_version_0_1_names():
     state = TrainState(batches=13, optimizer_steps=6, samples=59, tokens=1234)
     assert TrainState.from_dict(asdict(state)) == state
-    assert TrainState.from_dict({"step": 13, "accum_step": 6, "samples": 59, "tokens": 1234}) == state
-    assert TrainState.from_dict({"step": 13, "optimizer_steps": 6}) == TrainState(batches=13, optimizer_steps=6)
+    assert (
+        TrainState.from_dict({"step": 13, "accum_step": 6, "samples": 59, "tokens": 1234}) == state
+    )
+    assert TrainState.from_dict({"step": 13, "optimizer_steps": 6}) == TrainState(
+        batches=13, optimizer_steps=6
+    )
     assert TrainState.from_dict({}) == TrainState()
-    with pytest.raises(ValueError, match=r"both the old and the new name of a count in \['batches', 'step'\]"):
+    with pytest.raises(
+        ValueError, match=r"both the old and the new name of a count in \['batches', 'step'\]"
+    ):
         TrainState.from_dict({"step": 13, "batches": 13})
     with pytest.raises(TypeError, match="epochs"):
         TrainState.from_dict({"epochs": 2})
@@ -753,21 +816,29 @@ def test_nan_loss_named_whenever_the_losses_are_read(at, read_every):
     model = tiny_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     batches = list(copy_task_batches(V, 2, 5, seq_len=4, rng=torch.Generator().manual_seed(2)))
-    with pytest.raises(FloatingPointError, match=f"the loss is nan at batch {at} of the run \\(batch {at} of this pass, after {at} optimizer steps\\)"):
+    with pytest.raises(
+        FloatingPointError,
+        match=f"the loss is nan at batch {at} of the run \\(batch {at} of this pass, after {at} optimizer steps\\)",
+    ):
         run_epoch(batches, model, NaNAt(crit(), at), opt, progress=False, read_every=read_every)
 
 
 @pytest.mark.parametrize("read_every", [1, 2, 7])
 def test_read_every_does_not_change_the_mean_loss(read_every):
     batches = padded_batches()
-    losses = [run_epoch(batches, tiny_model(), crit(), None, progress=False, read_every=r)[0] for r in (read_every, 50)]
+    losses = [
+        run_epoch(batches, tiny_model(), crit(), None, progress=False, read_every=r)[0]
+        for r in (read_every, 50)
+    ]
     assert losses[0] == pytest.approx(losses[1], rel=1e-12)
 
 
 @pytest.mark.parametrize("read_every", [0, -2])
 def test_bad_read_every_raises(read_every):
     with pytest.raises(ValueError, match=f"read_every must be at least 1, got {read_every}"):
-        run_epoch(padded_batches(), tiny_model(), crit(), None, progress=False, read_every=read_every)
+        run_epoch(
+            padded_batches(), tiny_model(), crit(), None, progress=False, read_every=read_every
+        )
 
 
 @pytest.mark.parametrize("accum_iter", [0, -1])
@@ -799,7 +870,14 @@ def test_max_grad_norm_clips_the_update():
     loose = copy.deepcopy(free)
     start = params(free)
     for model, max_norm in ((free, None), (clipped, 1e-3), (loose, 1e6)):
-        run_epoch([batch], model, crit(), torch.optim.SGD(model.parameters(), lr=1.0), max_grad_norm=max_norm, progress=False)
+        run_epoch(
+            [batch],
+            model,
+            crit(),
+            torch.optim.SGD(model.parameters(), lr=1.0),
+            max_grad_norm=max_norm,
+            progress=False,
+        )
     free_norm = update_norm(start, params(free))
     assert free_norm > 0.1
     # with SGD at lr 1, the update is the (clipped) gradient: its norm is max_grad_norm
@@ -867,11 +945,27 @@ def test_greedy_decode_with_end_symbol_matches_one_at_a_time(copy_model):
     max_len = 9
     free = greedy_decode(copy_model, src, (src != PAD).unsqueeze(-2), max_len, start_symbol=1)
     end = free[1, 2].item()  # a token row 1 produces early
-    ys = greedy_decode(copy_model, src, (src != PAD).unsqueeze(-2), max_len, start_symbol=1, end_symbol=end, pad=PAD)
+    ys = greedy_decode(
+        copy_model,
+        src,
+        (src != PAD).unsqueeze(-2),
+        max_len,
+        start_symbol=1,
+        end_symbol=end,
+        pad=PAD,
+    )
     assert ys.size(0) == 3 and ys.size(1) <= max_len
     for i, r in enumerate(rows):
         one = torch.tensor([r])
-        alone = greedy_decode(copy_model, one, (one != PAD).unsqueeze(-2), max_len, start_symbol=1, end_symbol=end, pad=PAD)
+        alone = greedy_decode(
+            copy_model,
+            one,
+            (one != PAD).unsqueeze(-2),
+            max_len,
+            start_symbol=1,
+            end_symbol=end,
+            pad=PAD,
+        )
         n = alone.size(1)
         torch.testing.assert_close(ys[i, :n], alone[0])
         assert (ys[i, n:] == PAD).all()
@@ -908,37 +1002,66 @@ class Scripted(nn.Module):
 
 def scripted_src():
     # end symbol 4: row 0 ends at step 2, row 1 at step 3, row 2 at step 1
-    return torch.tensor([
-        [5, 4, 3, 3, 3, 3, 3, 3, 3],
-        [3, 6, 4, 3, 4, 3, 3, 3, 3],
-        [4, 6, 6, 6, 6, 6, 6, 6, 6],
-    ])
+    return torch.tensor(
+        [
+            [5, 4, 3, 3, 3, 3, 3, 3, 3],
+            [3, 6, 4, 3, 4, 3, 3, 3, 3],
+            [4, 6, 6, 6, 6, 6, 6, 6, 6],
+        ]
+    )
 
 
 def test_greedy_decode_stops_rows_at_end_symbol_and_ends_early():
     src = scripted_src()
     m = Scripted()
-    ys = greedy_decode(m, src, torch.ones(3, 1, 9, dtype=torch.bool), max_len=10, start_symbol=1, end_symbol=4, pad=0)
+    ys = greedy_decode(
+        m,
+        src,
+        torch.ones(3, 1, 9, dtype=torch.bool),
+        max_len=10,
+        start_symbol=1,
+        end_symbol=4,
+        pad=0,
+    )
     torch.testing.assert_close(ys, torch.tensor([[1, 5, 4, 0], [1, 3, 6, 4], [1, 4, 0, 0]]))
     assert m.decode_calls == 3  # stopped once every row had ended, not after max_len - 1 steps
 
 
 def test_greedy_decode_without_pad_fills_with_end_symbol():
-    ys = greedy_decode(Scripted(), scripted_src(), torch.ones(3, 1, 9, dtype=torch.bool), max_len=10, start_symbol=1, end_symbol=4)
+    ys = greedy_decode(
+        Scripted(),
+        scripted_src(),
+        torch.ones(3, 1, 9, dtype=torch.bool),
+        max_len=10,
+        start_symbol=1,
+        end_symbol=4,
+    )
     torch.testing.assert_close(ys, torch.tensor([[1, 5, 4, 4], [1, 3, 6, 4], [1, 4, 4, 4]]))
 
 
 def test_greedy_decode_runs_to_max_len_without_end_symbol():
     m = Scripted()
-    ys = greedy_decode(m, scripted_src(), torch.ones(3, 1, 9, dtype=torch.bool), max_len=6, start_symbol=1, pad=0)
-    torch.testing.assert_close(ys, torch.cat([torch.ones(3, 1, dtype=torch.long), scripted_src()[:, :5]], dim=1))
+    ys = greedy_decode(
+        m, scripted_src(), torch.ones(3, 1, 9, dtype=torch.bool), max_len=6, start_symbol=1, pad=0
+    )
+    torch.testing.assert_close(
+        ys, torch.cat([torch.ones(3, 1, dtype=torch.long), scripted_src()[:, :5]], dim=1)
+    )
     assert m.decode_calls == 5
 
 
 def test_greedy_decode_row_that_never_ends_reaches_max_len():
     src = scripted_src()
     src[1] = 3  # row 1 never emits the end symbol
-    ys = greedy_decode(Scripted(), src, torch.ones(3, 1, 9, dtype=torch.bool), max_len=7, start_symbol=1, end_symbol=4, pad=0)
+    ys = greedy_decode(
+        Scripted(),
+        src,
+        torch.ones(3, 1, 9, dtype=torch.bool),
+        max_len=7,
+        start_symbol=1,
+        end_symbol=4,
+        pad=0,
+    )
     assert ys.shape == (3, 7)
     torch.testing.assert_close(ys[1], torch.tensor([1, 3, 3, 3, 3, 3, 3]))
     torch.testing.assert_close(ys[0], torch.tensor([1, 5, 4, 0, 0, 0, 0]))
@@ -968,7 +1091,11 @@ def test_greedy_decode_rejects_max_len_below_one(max_len):
 
 def test_copy_task_batches_shapes_and_values():
     vocab = 5
-    batches = list(copy_task_batches(vocab, batch_size=64, n_batches=3, seq_len=10, rng=torch.Generator().manual_seed(0)))
+    batches = list(
+        copy_task_batches(
+            vocab, batch_size=64, n_batches=3, seq_len=10, rng=torch.Generator().manual_seed(0)
+        )
+    )
     assert len(batches) == 3
     for b in batches:
         assert isinstance(b, Batch)
@@ -1005,7 +1132,15 @@ def test_copy_task_batches_is_lazy_and_zero_batches_is_empty():
 # =========================================================================== FusedLabelSmoothing
 
 
-def readable_and_fused(smoothing: float, padding_idx: int, chunk: int, vocab: int = 37, d: int = 8, n: int = 23, seed: int = 0):
+def readable_and_fused(
+    smoothing: float,
+    padding_idx: int,
+    chunk: int,
+    vocab: int = 37,
+    d: int = 8,
+    n: int = 23,
+    seed: int = 0,
+):
     "The same generator, decoder outputs and labels, twice: for the readable path and for the fused one."
     torch.manual_seed(seed)
     gen = Generator(d, vocab)
@@ -1013,12 +1148,18 @@ def readable_and_fused(smoothing: float, padding_idx: int, chunk: int, vocab: in
     target = torch.randint(0, vocab, (n,))
     target[::4] = padding_idx % vocab  # some padded rows
     twin = copy.deepcopy(gen)
-    return (gen, h.clone().requires_grad_(), target), (FusedLabelSmoothing(twin, padding_idx, smoothing, chunk=chunk), h.clone().requires_grad_(), target)
+    return (gen, h.clone().requires_grad_(), target), (
+        FusedLabelSmoothing(twin, padding_idx, smoothing, chunk=chunk),
+        h.clone().requires_grad_(),
+        target,
+    )
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.4])
 @pytest.mark.parametrize("padding_idx", [0, 9, -1], ids=["pad-first", "pad-middle", "pad-last"])
-@pytest.mark.parametrize("chunk", [37 * 5, 37 * 100, 1], ids=["uneven-chunks", "one-chunk", "row-by-row"])
+@pytest.mark.parametrize(
+    "chunk", [37 * 5, 37 * 100, 1], ids=["uneven-chunks", "one-chunk", "row-by-row"]
+)
 def test_fused_label_smoothing_matches_generator_and_label_smoothing(smoothing, padding_idx, chunk):
     (gen, h, target), (fused, h2, _) = readable_and_fused(smoothing, padding_idx, chunk)
     readable = LabelSmoothing(37, padding_idx % 37, smoothing)(gen(h), target)
@@ -1027,14 +1168,20 @@ def test_fused_label_smoothing_matches_generator_and_label_smoothing(smoothing, 
     (2.5 * readable).backward()
     (2.5 * loss).backward()  # the backward pass scales the gradients by the incoming one
     torch.testing.assert_close(h2.grad, h.grad, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(fused.generator.proj.weight.grad, gen.proj.weight.grad, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(fused.generator.proj.bias.grad, gen.proj.bias.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        fused.generator.proj.weight.grad, gen.proj.weight.grad, rtol=1e-5, atol=1e-6
+    )
+    torch.testing.assert_close(
+        fused.generator.proj.bias.grad, gen.proj.bias.grad, rtol=1e-5, atol=1e-6
+    )
 
 
 def test_fused_label_smoothing_builds_logits_one_chunk_at_a_time(monkeypatch):
     _, (fused, h, target) = readable_and_fused(0.1, 0, chunk=37 * 5)
     rows, linear = [], F.linear
-    monkeypatch.setattr(F, "linear", lambda x, w, b=None: rows.append(x.shape[0]) or linear(x, w, b))
+    monkeypatch.setattr(
+        F, "linear", lambda x, w, b=None: rows.append(x.shape[0]) or linear(x, w, b)
+    )
     fused(h, target).backward()
     assert rows == [5, 5, 5, 5, 3]  # 23 rows, at most 5 x 37 logits at once
 
@@ -1050,7 +1197,9 @@ def test_fused_label_smoothing_gradients_reach_tied_weights():
         assert model.generator.proj.weight is model.tgt_embed[0].lut.weight
         out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask).flatten(0, 1)
         if fused:
-            loss = FusedLabelSmoothing(model.generator, PAD, 0.1, chunk=V * 4)(out, batch.tgt_y.flatten())
+            loss = FusedLabelSmoothing(model.generator, PAD, 0.1, chunk=V * 4)(
+                out, batch.tgt_y.flatten()
+            )
         else:
             loss = crit()(model.generator(out), batch.tgt_y.flatten())
         loss.backward()
@@ -1084,9 +1233,16 @@ def test_run_epoch_with_fused_loss_trains_like_the_readable_path():
     batches = padded_batches()
     readable, fused = tiny_model(), tiny_model()
     results = []
-    for model, criterion in ((readable, crit()), (fused, FusedLabelSmoothing(fused.generator, PAD, 0.1, chunk=V * 3))):
-        opt = torch.optim.SGD(model.parameters(), lr=0.5)  # not Adam: it would blow up rounding noise in zero gradients
-        results.append([run_epoch(batches, model, criterion, opt, progress=False)[0] for _ in range(3)])
+    for model, criterion in (
+        (readable, crit()),
+        (fused, FusedLabelSmoothing(fused.generator, PAD, 0.1, chunk=V * 3)),
+    ):
+        opt = torch.optim.SGD(
+            model.parameters(), lr=0.5
+        )  # not Adam: it would blow up rounding noise in zero gradients
+        results.append(
+            [run_epoch(batches, model, criterion, opt, progress=False)[0] for _ in range(3)]
+        )
         results.append(run_epoch(batches, model, criterion, None, progress=False)[0])
     assert results[0] == pytest.approx(results[2], rel=1e-5)
     assert results[1] == pytest.approx(results[3], rel=1e-5)

@@ -24,47 +24,141 @@ from annotated_transformer.translation import bleu, detokenize, translate
 TRAIN_ARGS = ["--model", "tiny", "--max-tokens", "400", "--warmup", "20", "--quiet"]
 
 
-def test_cli_train_resume_evaluate_translate(data_dir: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+def test_cli_train_resume_evaluate_translate(
+    data_dir: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
     out = tmp_path / "run"
-    assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", "2", *TRAIN_ARGS]) == 0
+    assert (
+        main(
+            ["train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", "2", *TRAIN_ARGS]
+        )
+        == 0
+    )
     assert sorted(p.name for p in out.glob("*.pt")) == ["epoch1.pt", "epoch2.pt", "last.pt"]
     assert not list(out.glob(".*.tmp")), "no temporary checkpoint file is left behind"
     first = load_checkpoint(out / "last.pt")
     assert first["epoch"] == 2 and len(first["history"]) == 2  # epochs completed
 
     # --resume takes the configuration from the checkpoint: only the new number of epochs is given
-    assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", "3", "--resume", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--out",
+                str(out),
+                "--data-dir",
+                str(data_dir),
+                "--epochs",
+                "3",
+                "--resume",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     resumed = load_checkpoint(out / "last.pt")
     assert resumed["epoch"] == 3 and [h["epoch"] for h in resumed["history"]] == [1, 2, 3]
     assert resumed["train_state"]["optimizer_steps"] > first["train_state"]["optimizer_steps"]
-    assert resumed["src_vocab"] == first["src_vocab"]  # the vocabulary is the checkpoint's, not rebuilt
+    assert (
+        resumed["src_vocab"] == first["src_vocab"]
+    )  # the vocabulary is the checkpoint's, not rebuilt
     capsys.readouterr()
-    assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", "4", "--resume", "--model", "base"]) == 1
+    assert (
+        main(
+            [
+                "train",
+                "--out",
+                str(out),
+                "--data-dir",
+                str(data_dir),
+                "--epochs",
+                "4",
+                "--resume",
+                "--model",
+                "base",
+            ]
+        )
+        == 1
+    )
     assert "another configuration than" in capsys.readouterr().err
     capsys.readouterr()
 
-    assert main(["evaluate", "--checkpoint", str(out / "last.pt"), "--split", "test2016", "--data-dir", str(data_dir)]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(out / "last.pt"),
+                "--split",
+                "test2016",
+                "--data-dir",
+                str(data_dir),
+            ]
+        )
+        == 0
+    )
     report = capsys.readouterr().out
-    assert "test2016 (16 sentences, greedy): sacreBLEU" in report and "tok:13a" in report and "tokenized lowercased BLEU" in report
+    assert (
+        "test2016 (16 sentences, greedy): sacreBLEU" in report
+        and "tok:13a" in report
+        and "tokenized lowercased BLEU" in report
+    )
 
-    assert main(["translate", "--checkpoint", str(out / "last.pt"), "Ein Mann sieht einen Ball.", "Ein Hund hat ein Auto."]) == 0
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                str(out / "last.pt"),
+                "Ein Mann sieht einen Ball.",
+                "Ein Hund hat ein Auto.",
+            ]
+        )
+        == 0
+    )
     assert len(capsys.readouterr().out.strip().splitlines()) == 2
 
-    monkeypatch.setattr(sys, "stdin", io.StringIO("Eine Frau mag einen Baum.\n\nEin Kind sieht ein Haus im Park.\n"))
+    monkeypatch.setattr(
+        sys, "stdin", io.StringIO("Eine Frau mag einen Baum.\n\nEin Kind sieht ein Haus im Park.\n")
+    )
     assert main(["translate", "--checkpoint", str(out / "last.pt")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 3 and lines[0] and lines[1] == "" and lines[2]  # one line per input line: an empty one stays empty
+    assert (
+        len(lines) == 3 and lines[0] and lines[1] == "" and lines[2]
+    )  # one line per input line: an empty one stays empty
 
     # beam search and checkpoint averaging (the decoding chapter)
-    args = ["--checkpoint", str(out / "last.pt"), "--beam", "3", "--alpha", "1.0", "--average-last", "2"]
+    args = [
+        "--checkpoint",
+        str(out / "last.pt"),
+        "--beam",
+        "3",
+        "--alpha",
+        "1.0",
+        "--average-last",
+        "2",
+    ]
     assert main(["evaluate", *args, "--data-dir", str(data_dir), "--quiet"]) == 0
-    assert "(16 sentences, beam 3, alpha 1.0, average of the last 2 epochs): sacreBLEU" in capsys.readouterr().out
+    assert (
+        "(16 sentences, beam 3, alpha 1.0, average of the last 2 epochs): sacreBLEU"
+        in capsys.readouterr().out
+    )
     assert main(["translate", *args, "Ein Mann sieht einen Ball."]) == 0
     assert len(capsys.readouterr().out.strip().splitlines()) == 1
-    assert main(["translate", "--checkpoint", str(out / "last.pt"), "--average-last", "4", "Ein Mann."]) == 1
+    assert (
+        main(
+            ["translate", "--checkpoint", str(out / "last.pt"), "--average-last", "4", "Ein Mann."]
+        )
+        == 1
+    )
     assert "from epoch 3: there are not 4 epochs to average" in capsys.readouterr().err
     (out / "epoch1.pt").unlink()
-    assert main(["translate", "--checkpoint", str(out / "last.pt"), "--average-last", "3", "Ein Mann."]) == 1
+    assert (
+        main(
+            ["translate", "--checkpoint", str(out / "last.pt"), "--average-last", "3", "Ein Mann."]
+        )
+        == 1
+    )
     assert "needs epoch1.pt beside it" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["translate", "--checkpoint", str(out / "last.pt"), "--beam", "0", "Ein Mann."])
@@ -73,19 +167,36 @@ def test_cli_train_resume_evaluate_translate(data_dir: Path, tmp_path: Path, cap
 def test_resume_reaches_the_uninterrupted_result(data_dir: Path, tmp_path: Path) -> None:
     "Two epochs, then a resume for the third, end with the same weights as three epochs in one go."
     pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
-    config = TrainConfig(model=ModelConfig(N=1, d_model=16, d_ff=32, h=2, norm_first=True), epochs=3, max_tokens=300, warmup=10)
+    config = TrainConfig(
+        model=ModelConfig(N=1, d_model=16, d_ff=32, h=2, norm_first=True),
+        epochs=3,
+        max_tokens=300,
+        warmup=10,
+    )
     whole = train(tmp_path / "a", config, pairs=pairs, progress=False, log=lambda _: None)
-    train(tmp_path / "b", TrainConfig(**{**config.__dict__, "epochs": 2}), pairs=pairs, progress=False, log=lambda _: None)
-    resumed = train(tmp_path / "b", config, pairs=pairs, resume=True, progress=False, log=lambda _: None)
+    train(
+        tmp_path / "b",
+        TrainConfig(**{**config.__dict__, "epochs": 2}),
+        pairs=pairs,
+        progress=False,
+        log=lambda _: None,
+    )
+    resumed = train(
+        tmp_path / "b", config, pairs=pairs, resume=True, progress=False, log=lambda _: None
+    )
     for name, tensor in whole["model"].items():
         torch.testing.assert_close(resumed["model"][name], tensor, atol=1e-6, rtol=1e-6, msg=name)
 
 
 def test_resume_with_another_config_is_refused(data_dir: Path, tmp_path: Path) -> None:
     pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
-    config = TrainConfig(model=ModelConfig(N=1, d_model=16, d_ff=32, h=2), epochs=1, max_tokens=300, warmup=10)
+    config = TrainConfig(
+        model=ModelConfig(N=1, d_model=16, d_ff=32, h=2), epochs=1, max_tokens=300, warmup=10
+    )
     train(tmp_path, config, pairs=pairs, progress=False, log=lambda _: None)
-    other = TrainConfig(model=ModelConfig(N=1, d_model=32, d_ff=32, h=2), epochs=2, max_tokens=300, warmup=10)
+    other = TrainConfig(
+        model=ModelConfig(N=1, d_model=32, d_ff=32, h=2), epochs=2, max_tokens=300, warmup=10
+    )
     with pytest.raises(ValueError, match="another configuration than"):
         train(tmp_path, other, pairs=pairs, resume=True, progress=False, log=lambda _: None)
 
@@ -93,7 +204,9 @@ def test_resume_with_another_config_is_refused(data_dir: Path, tmp_path: Path) -
 @pytest.fixture
 def checkpoint(data_dir: Path, tmp_path: Path) -> Path:
     pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
-    config = TrainConfig(model=ModelConfig(N=1, d_model=16, d_ff=32, h=2), epochs=1, max_tokens=300, warmup=10)
+    config = TrainConfig(
+        model=ModelConfig(N=1, d_model=16, d_ff=32, h=2), epochs=1, max_tokens=300, warmup=10
+    )
     train(tmp_path / "ckpt", config, pairs=pairs, progress=False, log=lambda _: None)
     return tmp_path / "ckpt" / "last.pt"
 
@@ -132,7 +245,11 @@ def test_translate_refuses_empty_and_too_long_sentences(checkpoint: Path, capsys
 
 def test_translate_batches_like_single_sentences(checkpoint: Path) -> None:
     model, src_vocab, tgt_vocab = model_from_checkpoint(load_checkpoint(checkpoint))
-    sentences = ["Ein Mann sieht einen Ball.", "Ein Hund hat ein Auto im Schnee.", "Eine Frau mag ein Haus."]
+    sentences = [
+        "Ein Mann sieht einen Ball.",
+        "Ein Hund hat ein Auto im Schnee.",
+        "Eine Frau mag ein Haus.",
+    ]
     together = translate(model, sentences, src_vocab, tgt_vocab)
     alone = [translate(model, [s], src_vocab, tgt_vocab)[0] for s in sentences]
     assert together == alone
@@ -167,9 +284,15 @@ def test_bleu_scores() -> None:
     refs = ["A man rides a bike.", "Two dogs play in the snow."]
     _, tok_en = load_tokenizers()
     perfect = bleu(tokenize_all(refs, tok_en, progress=False), refs)
-    assert perfect.sacrebleu == pytest.approx(100.0) and perfect.tokenized_lowercase == pytest.approx(100.0)
-    lowered = bleu([[t.lower() for t in s] for s in tokenize_all(refs, tok_en, progress=False)], refs)
-    assert lowered.tokenized_lowercase == pytest.approx(100.0)  # case does not matter for this one...
+    assert perfect.sacrebleu == pytest.approx(
+        100.0
+    ) and perfect.tokenized_lowercase == pytest.approx(100.0)
+    lowered = bleu(
+        [[t.lower() for t in s] for s in tokenize_all(refs, tok_en, progress=False)], refs
+    )
+    assert lowered.tokenized_lowercase == pytest.approx(
+        100.0
+    )  # case does not matter for this one...
     assert lowered.sacrebleu < 100.0  # ...but does for sacreBLEU
     assert "case:mixed" in perfect.signature and "tok:13a" in perfect.signature
     with pytest.raises(ValueError, match="1 hypotheses for 2 references"):
@@ -186,7 +309,9 @@ def test_train_config_validation() -> None:
 
 def test_only_the_last_epoch_checkpoints_are_kept(data_dir: Path, tmp_path: Path) -> None:
     pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
-    config = TrainConfig(model=ModelConfig(N=1, d_model=16, d_ff=32, h=2), epochs=3, max_tokens=300, warmup=10)
+    config = TrainConfig(
+        model=ModelConfig(N=1, d_model=16, d_ff=32, h=2), epochs=3, max_tokens=300, warmup=10
+    )
     train(tmp_path, config, pairs=pairs, keep_epochs=2, progress=False, log=lambda _: None)
     assert sorted(p.name for p in tmp_path.glob("*.pt")) == ["epoch2.pt", "epoch3.pt", "last.pt"]
     weights = load_checkpoint(tmp_path / "epoch3.pt")
@@ -212,44 +337,118 @@ def test_no_module_imports_upward() -> None:
 
     import annotated_transformer
 
-    order = ["model", "training", "decoding", "recurrent", "data", "subwords", "checkpoint", "translation", "distributed", "trainer", "visualization",
-             "_chapters", "cli"]
+    order = [
+        "model",
+        "training",
+        "decoding",
+        "recurrent",
+        "data",
+        "subwords",
+        "checkpoint",
+        "translation",
+        "distributed",
+        "trainer",
+        "visualization",
+        "_chapters",
+        "cli",
+    ]
     package = Path(annotated_transformer.__file__).parent
     for rank, name in enumerate(order):
         tree = ast.parse((package / f"{name}.py").read_text())
         imported = set()
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module:  # `from .data import` or `from annotated_transformer.data import`
+            if (
+                isinstance(node, ast.ImportFrom) and node.module
+            ):  # `from .data import` or `from annotated_transformer.data import`
                 parts = node.module.split(".") if node.level == 1 else node.module.split(".")[1:]
-                imported.update(parts[:1] if node.level == 1 or node.module.startswith("annotated_transformer.") else [])
+                imported.update(
+                    parts[:1]
+                    if node.level == 1 or node.module.startswith("annotated_transformer.")
+                    else []
+                )
         above = imported & set(order[rank:])
         assert not above, f"{name} imports {sorted(above)}, which are not below it"
 
 
 # =========================================================================== one writer, no silent overwrite, early checks
-def test_two_trainings_into_one_folder_one_refuses_and_a_killed_run_releases_the_lock(data_dir: Path, tmp_path: Path, capsys) -> None:
+def test_two_trainings_into_one_folder_one_refuses_and_a_killed_run_releases_the_lock(
+    data_dir: Path, tmp_path: Path, capsys
+) -> None:
     import signal
     import subprocess
     import time
 
     out = tmp_path / "run"
-    first = subprocess.Popen([sys.executable, "-m", "annotated_transformer.cli", "train", "--out", str(out), "--data-dir", str(data_dir),
-                              "--epochs", "50", *TRAIN_ARGS], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "annotated_transformer.cli",
+            "train",
+            "--out",
+            str(out),
+            "--data-dir",
+            str(data_dir),
+            "--epochs",
+            "50",
+            *TRAIN_ARGS,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.time() + 120
         while not (out / ".writer").exists() and first.poll() is None and time.time() < deadline:
             time.sleep(0.1)
-        assert (out / ".writer").exists(), first.stderr.read() if first.poll() is not None else "the first run never claimed the folder"
-        assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", "1", *TRAIN_ARGS]) != 0
+        assert (out / ".writer").exists(), (
+            first.stderr.read()
+            if first.poll() is not None
+            else "the first run never claimed the folder"
+        )
+        assert (
+            main(
+                [
+                    "train",
+                    "--out",
+                    str(out),
+                    "--data-dir",
+                    str(data_dir),
+                    "--epochs",
+                    "1",
+                    *TRAIN_ARGS,
+                ]
+            )
+            != 0
+        )
         err = capsys.readouterr().err
-        assert f"is in use by another training run (pid {first.pid} on" in err and err.count("\n") == 1
+        assert (
+            f"is in use by another training run (pid {first.pid} on" in err and err.count("\n") == 1
+        )
         while not (out / "last.pt").exists() and first.poll() is None:
             time.sleep(0.1)
     finally:
-        first.send_signal(signal.SIGKILL)  # the harshest exit: the operating system releases the lock
+        first.send_signal(
+            signal.SIGKILL
+        )  # the harshest exit: the operating system releases the lock
         first.wait()
     ckpt = load_checkpoint(out / "last.pt")
-    assert main(["train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", str(ckpt["epoch"] + 1), "--resume", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--out",
+                str(out),
+                "--data-dir",
+                str(data_dir),
+                "--epochs",
+                str(ckpt["epoch"] + 1),
+                "--resume",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert load_checkpoint(out / "last.pt")["epoch"] == ckpt["epoch"] + 1
     assert not (out / ".writer").exists()  # released and cleaned up on a normal exit
 
@@ -261,38 +460,94 @@ def test_train_refuses_to_replace_a_run_unless_told(data_dir: Path, tmp_path: Pa
     before = {p.name: p.read_bytes() for p in out.glob("*.pt")}
     capsys.readouterr()
     assert main([*args, "--epochs", "1"]) != 0
-    assert "already holds a training run (epoch1.pt, epoch2.pt, history.json, last.pt): pass --resume" in capsys.readouterr().err
+    assert (
+        "already holds a training run (epoch1.pt, epoch2.pt, history.json, last.pt): pass --resume"
+        in capsys.readouterr().err
+    )
     assert {p.name: p.read_bytes() for p in out.glob("*.pt")} == before  # untouched
     assert main([*args, "--epochs", "1", "--resume", "--overwrite"]) != 0
     assert "give one of them" in capsys.readouterr().err
     assert main([*args, "--epochs", "1", "--overwrite"]) == 0
-    assert sorted(p.name for p in out.glob("*.pt")) == ["epoch1.pt", "last.pt"]  # no stale epoch2.pt mixes in
+    assert sorted(p.name for p in out.glob("*.pt")) == [
+        "epoch1.pt",
+        "last.pt",
+    ]  # no stale epoch2.pt mixes in
     assert load_checkpoint(out / "last.pt")["epoch"] == 1
-    assert [h["epoch"] for h in json.loads((out / "history.json").read_text())] == [1]  # the new run's history only
+    assert [h["epoch"] for h in json.loads((out / "history.json").read_text())] == [
+        1
+    ]  # the new run's history only
 
 
 def test_an_unusable_output_folder_is_reported_before_anything_else(tmp_path: Path, capsys) -> None:
     (tmp_path / "some_file").write_text("")
-    missing_data = tmp_path / "no-such-data"  # would fail too, but later: the folder is checked first
-    assert main(["train", "--out", str(tmp_path / "some_file" / "run"), "--data-dir", str(missing_data), *TRAIN_ARGS]) != 0
+    missing_data = (
+        tmp_path / "no-such-data"
+    )  # would fail too, but later: the folder is checked first
+    assert (
+        main(
+            [
+                "train",
+                "--out",
+                str(tmp_path / "some_file" / "run"),
+                "--data-dir",
+                str(missing_data),
+                *TRAIN_ARGS,
+            ]
+        )
+        != 0
+    )
     err = capsys.readouterr().err
-    assert "cannot use" in err and "some_file/run as the output folder" in err and "Traceback" not in err
+    assert (
+        "cannot use" in err
+        and "some_file/run as the output folder" in err
+        and "Traceback" not in err
+    )
 
 
 def test_too_long_sentences_are_refused_before_training(data_dir: Path, tmp_path: Path) -> None:
     pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
     pairs["val"] = pairs["val"] + [("Ein Mann " * 10 + "sieht einen Ball.", "A man sees a ball.")]
-    config = TrainConfig(model=ModelConfig(N=1, d_model=16, d_ff=32, h=2, max_len=60), epochs=1, max_tokens=300, warmup=10)
+    config = TrainConfig(
+        model=ModelConfig(N=1, d_model=16, d_ff=32, h=2, max_len=60),
+        epochs=1,
+        max_tokens=300,
+        warmup=10,
+    )
     logged = []
-    with pytest.raises(ValueError, match=f"validation pair {len(pairs['val'])} needs 76 positions .*max_len=60"):
+    with pytest.raises(
+        ValueError, match=f"validation pair {len(pairs['val'])} needs 76 positions .*max_len=60"
+    ):
         train(tmp_path / "run", config, pairs=pairs, progress=False, log=logged.append)
-    assert not logged and not list((tmp_path / "run").glob("*.pt"))  # refused before the first epoch
+    assert not logged and not list(
+        (tmp_path / "run").glob("*.pt")
+    )  # refused before the first epoch
 
 
-@pytest.mark.filterwarnings("default:Multi30k file differs from the published one:UserWarning")  # this test wants it
+@pytest.mark.filterwarnings(
+    "default:Multi30k file differs from the published one:UserWarning"
+)  # this test wants it
 def test_warnings_are_one_line_in_the_console(checkpoint: Path, data_dir: Path, capsys) -> None:
     capsys.readouterr()
-    assert main(["evaluate", "--checkpoint", str(checkpoint), "--split", "test2016", "--data-dir", str(data_dir), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(checkpoint),
+                "--split",
+                "test2016",
+                "--data-dir",
+                str(data_dir),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
-    assert "annotated-transformer evaluate: warning: Multi30k file differs from the published one" in err  # synthetic files
-    assert "warnings.warn" not in err and all(line.startswith("annotated-transformer evaluate: warning:") for line in err.splitlines())
+    assert (
+        "annotated-transformer evaluate: warning: Multi30k file differs from the published one"
+        in err
+    )  # synthetic files
+    assert "warnings.warn" not in err and all(
+        line.startswith("annotated-transformer evaluate: warning:") for line in err.splitlines()
+    )

@@ -39,8 +39,19 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     "A small model trained for two epochs on the synthetic pairs (tests/synthetic.py): 2 layers, 4 heads."
     pairs = synthetic_pairs()
     out = tmp_path_factory.mktemp("run")
-    config = TrainConfig(model=ModelConfig(N=2, d_model=32, d_ff=64, h=4, dropout=0.0), epochs=2, max_tokens=400, warmup=10)
-    train(out, config, pairs={"train": pairs[:160], "val": pairs[160:176]}, progress=False, log=lambda _: None)
+    config = TrainConfig(
+        model=ModelConfig(N=2, d_model=32, d_ff=64, h=4, dropout=0.0),
+        epochs=2,
+        max_tokens=400,
+        warmup=10,
+    )
+    train(
+        out,
+        config,
+        pairs={"train": pairs[:160], "val": pairs[160:176]},
+        progress=False,
+        log=lambda _: None,
+    )
     return out / "last.pt"
 
 
@@ -75,13 +86,29 @@ def test_the_first_encoder_layer_matches_a_computation_by_hand(norm_first: bool)
 # =========================================================================== 2. a sentence's maps
 def test_the_tokens_and_a_given_translation(trained, maps: AttentionMaps) -> None:
     model, src_vocab, tgt_vocab = trained
-    assert maps.src_tokens == ["<s>", "Ein", "Hund", "sieht", "einen", "Ball", "im", "Park", ".", "</s>"]
-    assert maps.tgt_tokens == ["<s>", *translate(model, [SENTENCE], src_vocab, tgt_vocab)[0]]  # the decoder's input
+    assert maps.src_tokens == [
+        "<s>",
+        "Ein",
+        "Hund",
+        "sieht",
+        "einen",
+        "Ball",
+        "im",
+        "Park",
+        ".",
+        "</s>",
+    ]
+    assert maps.tgt_tokens == [
+        "<s>",
+        *translate(model, [SENTENCE], src_vocab, tgt_vocab)[0],
+    ]  # the decoder's input
     given = ["A", "dog", "."]
     other = sentence_attention(model, SENTENCE, src_vocab, tgt_vocab, translation=given)
     assert other.tgt_tokens == ["<s>", *given]
     assert other.weights["decoder_src"].shape[2] == 4
-    torch.testing.assert_close(other.weights["encoder"], maps.weights["encoder"])  # the source side does not change
+    torch.testing.assert_close(
+        other.weights["encoder"], maps.weights["encoder"]
+    )  # the source side does not change
 
 
 # =========================================================================== 3. the heatmaps
@@ -102,14 +129,73 @@ def test_heatmap_cells_are_the_weights_with_tokens_in_order(kind: str, maps: Att
 # =========================================================================== 4. the console command
 def test_translate_saves_attention_pngs(checkpoint: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "maps" / "attention.png"
-    assert main(["translate", "--checkpoint", str(checkpoint), "--attention", str(out), SENTENCE]) == 0
+    assert (
+        main(["translate", "--checkpoint", str(checkpoint), "--attention", str(out), SENTENCE]) == 0
+    )
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert main(["translate", "--checkpoint", str(checkpoint), "--attention", str(out), "--layer", "0", SENTENCE, "Ein Mann hat ein Auto."]) == 0
-    assert sorted(p.name for p in out.parent.iterdir()) == ["attention-1.png", "attention-2.png", "attention.png"]
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                str(checkpoint),
+                "--attention",
+                str(out),
+                "--layer",
+                "0",
+                SENTENCE,
+                "Ein Mann hat ein Auto.",
+            ]
+        )
+        == 0
+    )
+    assert sorted(p.name for p in out.parent.iterdir()) == [
+        "attention-1.png",
+        "attention-2.png",
+        "attention.png",
+    ]
     capsys.readouterr()
-    assert main(["translate", "--checkpoint", str(checkpoint), "--attention", str(out), "--layer", "7", SENTENCE]) == 2
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                str(checkpoint),
+                "--attention",
+                str(out),
+                "--layer",
+                "7",
+                SENTENCE,
+            ]
+        )
+        == 2
+    )
     assert "layer 7 is out of range" in capsys.readouterr().err
-    assert main(["translate", "--checkpoint", str(checkpoint), "--attention", str(tmp_path / "x.jpg"), SENTENCE]) == 2
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                str(checkpoint),
+                "--attention",
+                str(tmp_path / "x.jpg"),
+                SENTENCE,
+            ]
+        )
+        == 2
+    )
     assert "--attention needs a .png file name" in capsys.readouterr().err
-    assert main(["translate", "--checkpoint", str(checkpoint), "--attention", str(out), "The dog sees a ball."]) == 1
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                str(checkpoint),
+                "--attention",
+                str(out),
+                "The dog sees a ball.",
+            ]
+        )
+        == 1
+    )
     assert "is the sentence in the language the model translates from" in capsys.readouterr().err

@@ -18,13 +18,17 @@ HEADER = "<!-- Generated from nbs/index.ipynb by tools/readme.py: edit the noteb
 def cell_markdown(cell: nbformat.NotebookNode) -> str | None:
     "The README text of one cell, or None for a hidden or directive-only cell."
     if cell.cell_type == "markdown":
-        text = "\n".join(line for line in cell.source.splitlines() if not line.startswith("#|")).strip()
+        text = "\n".join(
+            line for line in cell.source.splitlines() if not line.startswith("#|")
+        ).strip()
         return re.sub(r"\]\((\w+\.ipynb)\)", r"](nbs/\1)", text)  # links from the repository root
     if cell.cell_type != "code" or re.match(r"\s*#\|\s*(hide|default_exp)\b", cell.source):
         return None
     code = "\n".join(line for line in cell.source.splitlines() if not line.startswith("#|")).strip()
     text = "".join(
-        "".join(out.get("text", "")) if out.output_type == "stream" else "".join(out.get("data", {}).get("text/plain", ""))
+        "".join(out.get("text", ""))
+        if out.output_type == "stream"
+        else "".join(out.get("data", {}).get("text/plain", ""))
         for out in cell.get("outputs", [])
     ).strip()
     return f"```python\n{code}\n```" + (f"\n\n```\n{text}\n```" if text else "")

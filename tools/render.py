@@ -35,9 +35,13 @@ from nbconvert import HTMLExporter
 ROOT = Path(__file__).resolve().parent.parent
 NBS = ROOT / "nbs"
 BOOK = ROOT / "tools" / "book"  # the template, stylesheet, script and badge
-KATEX_VERSION = "0.19.1"  # npm's katex, pinned by version and by the registry's sha512 of its tarball
+KATEX_VERSION = (
+    "0.19.1"  # npm's katex, pinned by version and by the registry's sha512 of its tarball
+)
 KATEX_URL = f"https://registry.npmjs.org/katex/-/katex-{KATEX_VERSION}.tgz"
-KATEX_SHA512 = "jG8uKntjSEcm2EpQOh0XturpPuuC9r3Sq5HLHdsFdWZT27E672SF19QEi+of0/YeOy15lDgRhKvr5614uRrEfA=="
+KATEX_SHA512 = (
+    "jG8uKntjSEcm2EpQOh0XturpPuuC9r3Sq5HLHdsFdWZT27E672SF19QEi+of0/YeOy15lDgRhKvr5614uRrEfA=="
+)
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"  # the README's badge; pages use a local copy
 
 
@@ -71,10 +75,15 @@ def colab_url(nb_path: Path) -> str:
 
 # --- KaTeX, bundled -------------------------------------------------------------------------------
 
+
 def katex_tarball() -> bytes:
     "The pinned KaTeX package: $KATEX_TARBALL if set, else the cached download (fetched once from npm's registry)."
-    path = Path(os.environ.get("KATEX_TARBALL") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-                / "annotated-transformer" / f"katex-{KATEX_VERSION}.tgz")
+    path = Path(
+        os.environ.get("KATEX_TARBALL")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        / "annotated-transformer"
+        / f"katex-{KATEX_VERSION}.tgz"
+    )
     if not path.is_file():
         print(f"      downloading KaTeX {KATEX_VERSION} from {KATEX_URL}", flush=True)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,17 +92,23 @@ def katex_tarball() -> bytes:
         path.write_bytes(data)
     data = path.read_bytes()
     if base64.b64encode(hashlib.sha512(data).digest()).decode() != KATEX_SHA512:
-        raise SystemExit(f"{path}: not KaTeX {KATEX_VERSION} (its sha512 differs from npm's); delete it to download again")
+        raise SystemExit(
+            f"{path}: not KaTeX {KATEX_VERSION} (its sha512 differs from npm's); delete it to download again"
+        )
     return data
 
 
 def install_katex(out: Path) -> None:
     "Copy KaTeX's script, auto-render, stylesheet, woff2 fonts and license into out/katex/."
-    wanted = re.compile(r"package/(?:dist/(katex\.min\.js|katex\.min\.css|contrib/auto-render\.min\.js|fonts/[\w-]+\.woff2)|(LICENSE))$")
+    wanted = re.compile(
+        r"package/(?:dist/(katex\.min\.js|katex\.min\.css|contrib/auto-render\.min\.js|fonts/[\w-]+\.woff2)|(LICENSE))$"
+    )
     with tarfile.open(fileobj=io.BytesIO(katex_tarball()), mode="r:gz") as tar:
         for member in tar.getmembers():
             match = wanted.match(member.name)
-            if match and member.isfile():  # named files only: nothing else in the archive is written
+            if (
+                match and member.isfile()
+            ):  # named files only: nothing else in the archive is written
                 target = out / "katex" / (match.group(1) or match.group(2))
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(tar.extractfile(member).read())
@@ -101,7 +116,9 @@ def install_katex(out: Path) -> None:
 
 # --- the notebook, prepared for reading ------------------------------------------------------------
 
-DIRECTIVE = re.compile(r"^\s*#\|.*(?:\n|$)", re.MULTILINE)  # an nbdev directive line, e.g. `#| export`
+DIRECTIVE = re.compile(
+    r"^\s*#\|.*(?:\n|$)", re.MULTILINE
+)  # an nbdev directive line, e.g. `#| export`
 
 
 def only_imports(source: str) -> bool:
@@ -116,15 +133,27 @@ def only_imports(source: str) -> bool:
 def prepare(nb: nbformat.NotebookNode) -> None:
     """Drop the `#| hide` cells and every directive line, as nbdev's docs do; fold the import cells and label
     the exported ones with their module (in cell.metadata.book, which the template reads)."""
-    module = next((m.group(1) for cell in nb.cells if (m := re.search(r"^#\|\s*default_exp\s+(\S+)", cell.source, re.M))), None)
+    module = next(
+        (
+            m.group(1)
+            for cell in nb.cells
+            if (m := re.search(r"^#\|\s*default_exp\s+(\S+)", cell.source, re.M))
+        ),
+        None,
+    )
     kept = []
     for cell in nb.cells:
         if re.match(r"\s*#\|\s*hide\b", cell.source):
             continue
-        exported = cell.cell_type == "code" and re.search(r"^#\|\s*exports?\b", cell.source, re.M) is not None
+        exported = (
+            cell.cell_type == "code"
+            and re.search(r"^#\|\s*exports?\b", cell.source, re.M) is not None
+        )
         cell.source = DIRECTIVE.sub("", cell.source).strip("\n")
         if cell.cell_type == "code" and only_imports(cell.source):
-            cell.metadata["book"] = {"imports": f"Imports{f' of annotated_transformer/{module}.py' if exported and module else ''}"}
+            cell.metadata["book"] = {
+                "imports": f"Imports{f' of annotated_transformer/{module}.py' if exported and module else ''}"
+            }
         elif exported and module:
             cell.metadata["book"] = {"module": f"annotated_transformer/{module}.py"}
         if cell.source or cell.get("outputs"):  # a cell that held only `#| default_exp` goes
@@ -162,14 +191,22 @@ def toc(sections: list[tuple[int, str, str]]) -> str:
     return '<ul class="book-toc">' + "".join(out) + "</ul>"
 
 
-def sidebar(pages: list[tuple[str, str]], current: int, sections: list[tuple[int, str, str]]) -> str:
+def sidebar(
+    pages: list[tuple[str, str]], current: int, sections: list[tuple[int, str, str]]
+) -> str:
     "Every chapter, the current one opened to its sections."
     items = []
     for i, (href, name) in enumerate(pages):
         label = f'<a href="{href}">{html.escape(name)}</a>'
-        items.append(f'<li class="book-current">{label}{toc(sections)}</li>' if i == current else f"<li>{label}</li>")
-    return ('<aside class="book-sidebar"><div class="book-title"><a href="index.html">annotated-transformer</a></div>'
-            f'<nav aria-label="chapters"><ol class="book-chapters">{"".join(items)}</ol></nav></aside>')
+        items.append(
+            f'<li class="book-current">{label}{toc(sections)}</li>'
+            if i == current
+            else f"<li>{label}</li>"
+        )
+    return (
+        '<aside class="book-sidebar"><div class="book-title"><a href="index.html">annotated-transformer</a></div>'
+        f'<nav aria-label="chapters"><ol class="book-chapters">{"".join(items)}</ol></nav></aside>'
+    )
 
 
 def pager(pages: list[tuple[str, str]], current: int) -> str:
@@ -177,17 +214,27 @@ def pager(pages: list[tuple[str, str]], current: int) -> str:
     links = []
     if current > 0:
         href, name = pages[current - 1]
-        links.append(f'<a class="book-prev" rel="prev" href="{href}"><small>&larr; previous</small>{html.escape(name)}</a>')
+        links.append(
+            f'<a class="book-prev" rel="prev" href="{href}"><small>&larr; previous</small>{html.escape(name)}</a>'
+        )
     if current + 1 < len(pages):
         href, name = pages[current + 1]
-        links.append(f'<a class="book-next" rel="next" href="{href}"><small>next &rarr;</small>{html.escape(name)}</a>')
+        links.append(
+            f'<a class="book-next" rel="next" href="{href}"><small>next &rarr;</small>{html.escape(name)}</a>'
+        )
     return f'<nav class="book-pager" aria-label="previous and next">{"".join(links)}</nav>'
 
 
 def header(pages: list[tuple[str, str]], current: int, nb_path: Path) -> str:
     "The line above the page: previous, next, and the notebook in Colab."
-    prev_link = f'<a rel="prev" href="{pages[current - 1][0]}">&larr; previous</a>' if current > 0 else ""
-    next_link = f'<a rel="next" href="{pages[current + 1][0]}">next &rarr;</a>' if current + 1 < len(pages) else ""
+    prev_link = (
+        f'<a rel="prev" href="{pages[current - 1][0]}">&larr; previous</a>' if current > 0 else ""
+    )
+    next_link = (
+        f'<a rel="next" href="{pages[current + 1][0]}">next &rarr;</a>'
+        if current + 1 < len(pages)
+        else ""
+    )
     badge = f'<a class="book-colab" href="{colab_url(nb_path)}"><img src="colab-badge.svg" alt="Open in Colab"></a>'
     return f'<header class="book-header">{prev_link}{next_link}<span class="book-spacer"></span>{badge}</header>'
 
@@ -211,17 +258,37 @@ def install_assets(out: Path) -> None:
 def execute(nb_path: Path, timeout: int) -> nbformat.NotebookNode:
     "Run the notebook in its own folder and return it with fresh outputs."
     nb = nbformat.read(nb_path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(nb_path.parent)}})
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(nb_path.parent)}},
+    )
     client.execute()
     return nb
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=ROOT / "_docs", help="output folder (default: _docs)")
-    parser.add_argument("--timeout", type=int, default=3600, help="seconds allowed per cell (default: 3600)")
-    parser.add_argument("--only", nargs="*", default=None, help="render only these notebooks (file names), still linking all")
-    parser.add_argument("--no-execute", action="store_true", help="render the committed outputs instead of running the notebooks")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "_docs", help="output folder (default: _docs)"
+    )
+    parser.add_argument(
+        "--timeout", type=int, default=3600, help="seconds allowed per cell (default: 3600)"
+    )
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        default=None,
+        help="render only these notebooks (file names), still linking all",
+    )
+    parser.add_argument(
+        "--no-execute",
+        action="store_true",
+        help="render the committed outputs instead of running the notebooks",
+    )
     args = parser.parse_args()
 
     paths = chapters(NBS)
@@ -229,19 +296,29 @@ def main() -> int:
     pages = [(page_name(p), title(notebooks[p], p.stem)) for p in paths]
     args.out.mkdir(parents=True, exist_ok=True)
     install_assets(args.out)
-    exporter = HTMLExporter(template_name="book", extra_template_basedirs=[str(BOOK / "templates")],
-                            exclude_input_prompt=True, exclude_output_prompt=True)
+    exporter = HTMLExporter(
+        template_name="book",
+        extra_template_basedirs=[str(BOOK / "templates")],
+        exclude_input_prompt=True,
+        exclude_output_prompt=True,
+    )
 
     start = time.time()
     for i, path in enumerate(paths):
         if args.only is not None and path.name not in args.only:
             continue
         t0 = time.time()
-        print(f"[{i + 1}/{len(paths)}] {'rendering' if args.no_execute else 'executing'} {path.name} ...", flush=True)
+        print(
+            f"[{i + 1}/{len(paths)}] {'rendering' if args.no_execute else 'executing'} {path.name} ...",
+            flush=True,
+        )
         try:
             nb = notebooks[path] if args.no_execute else execute(path, args.timeout)
         except CellExecutionError as error:
-            print(f"FAILED: {path.name} raised an error; no page written for it.\n{error}", file=sys.stderr)
+            print(
+                f"FAILED: {path.name} raised an error; no page written for it.\n{error}",
+                file=sys.stderr,
+            )
             return 1
         prepare(nb)
         body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": pages[i][1]}})

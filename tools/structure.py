@@ -1,0 +1,110 @@
+"""Print the package's structure as a new engineer meets it: module sizes, the longest functions, the
+largest exported notebook cells, the widest code lines, and what each module imports from the package.
+
+    python tools/structure.py            # the tables
+    python tools/structure.py --check    # exit 1 if a function runs over 60 lines or an exported cell
+                                         # over 50 (the limits the tests keep)
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "annotated_transformer"
+MAX_FUNCTION_LINES = 60
+MAX_EXPORTED_CELL_LINES = 50
+GENERATED = {"_modidx.py"}
+
+
+def modules() -> list[Path]:
+    "The package's modules, nbdev's index left out."
+    return sorted(p for p in PACKAGE.glob("*.py") if p.name not in GENERATED)
+
+
+def functions(path: Path) -> list[tuple[int, str]]:
+    "(lines, qualified name) of every function and method in a module."
+    found = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = f"{prefix}{child.name}"
+                found.append((child.end_lineno - child.lineno + 1, f"{path.stem}.{name}"))
+                visit(child, name + ".")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+
+    visit(ast.parse(path.read_text()), "")
+    return found
+
+
+def package_imports(path: Path) -> list[str]:
+    "The package modules a module imports."
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.level == 1:
+                names.add(node.module.split(".")[0])
+            elif node.module.startswith("annotated_transformer."):
+                names.add(node.module.split(".")[1])
+    return sorted(names)
+
+
+def exported_cells() -> list[tuple[int, str]]:
+    "(lines, notebook and cell id) of every exported cell."
+    cells = []
+    for nb_path in sorted((ROOT / "nbs").glob("*.ipynb")):
+        for cell in json.loads(nb_path.read_text())["cells"]:
+            source = "".join(cell["source"])
+            first = source.lstrip().splitlines()[:3]
+            if cell["cell_type"] == "code" and any(line.startswith("#| export") for line in first):
+                cells.append((len(source.splitlines()), f"{nb_path.name} #{cell.get('id', '?')}"))
+    return cells
+
+
+def widest_lines(limit: int = 100) -> tuple[int, int]:
+    "The widest code line in the package and notebooks, and how many lines run past `limit`."
+    widths = [len(line) for p in modules() for line in p.read_text().splitlines()]
+    for nb_path in (ROOT / "nbs").glob("*.ipynb"):
+        for cell in json.loads(nb_path.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                widths += [len(line) for line in "".join(cell["source"]).splitlines()]
+    return max(widths), sum(w > limit for w in widths)
+
+
+def report() -> None:
+    "Print the tables."
+    print("module                         lines  imports from the package")
+    for path in modules():
+        lines = len(path.read_text().splitlines())
+        print(f"{path.stem:<30} {lines:>5}  {', '.join(package_imports(path)) or '-'}")
+    print("\nlongest functions")
+    for lines, name in sorted((f for p in modules() for f in functions(p)), reverse=True)[:10]:
+        print(f"  {lines:>4}  {name}")
+    print("\nlargest exported cells")
+    for lines, where in sorted(exported_cells(), reverse=True)[:10]:
+        print(f"  {lines:>4}  {where}")
+    widest, over = widest_lines()
+    print(f"\nwidest code line: {widest} columns; lines over 100 columns: {over}")
+
+
+def check() -> int:
+    "1 if a function or an exported cell is over its limit, naming it; else 0."
+    long_functions = [f for p in modules() for f in functions(p) if f[0] > MAX_FUNCTION_LINES]
+    long_cells = [c for c in exported_cells() if c[0] > MAX_EXPORTED_CELL_LINES]
+    for lines, name in long_functions:
+        print(f"function {name}: {lines} lines (at most {MAX_FUNCTION_LINES})")
+    for lines, where in long_cells:
+        print(f"exported cell {where}: {lines} lines (at most {MAX_EXPORTED_CELL_LINES})")
+    return 1 if long_functions or long_cells else 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="check the limits instead of printing")
+    sys.exit(check() if parser.parse_args().check else report())
