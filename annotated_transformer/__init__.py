@@ -1,25 +1,36 @@
 """"Attention Is All You Need" as a literate, tested PyTorch library: notebooks that quote the paper beside the code that implements it.
 
-The package, Part by Part, with each module's main entry points. Modules are listed in their layering
-order: each imports only from the modules above it (the trainer uses Part 6's helpers, so
-`distributed` sits above `trainer`; checkpoints rebuild Part 8's recurrent models, so `recurrent` sits
-above `checkpoint`).
+The package, module by module, with the chapter that explains each and its main entry points. The
+modules are listed in their layering order: each imports only from the modules above it in this list,
+which is the one place the order is written (a test reads it from here).
 
-- Part 1, `annotated_transformer.model`: `make_model`, `ModelConfig` (`.preset("base").build(...)`), `EncoderDecoder`, `count_parameters`
-- Part 2, `annotated_transformer.training`: `Batch`, `run_epoch`, `noam_optimizer`, `LabelSmoothing`, `greedy_decode` (the teaching version)
-- Part 3, `annotated_transformer.decoding`: `greedy_search`, `beam_search`, the `Decoder` interface, `CachedDecoder`
-- Part 8, `annotated_transformer.recurrent`: `RecurrentConfig` (`.build(...)`), `RecurrentEncoderDecoder`, `model_config`
-- Part 4, `annotated_transformer.data`: `load_multi30k`, `read_parallel`, `load_tokenizers`, `Vocab`, `make_loader`
-- Part 4.1, `annotated_transformer.subwords`: `SubwordTokenizer` (`.train`, `.tokenize`, `.detokenize`, `.state_dict`), `shared_vocab`, `learn_bpe` and `apply_bpe` (the teaching versions)
-- Part 5.1, `annotated_transformer.checkpoint`: `save_checkpoint`, `load_checkpoint`, `model_from_checkpoint`, `tokenizers_from_checkpoint`, `average_last`
-- Part 5.2, `annotated_transformer.translation`: `translate`, `detokenize`, `bleu`
-- Part 6, `annotated_transformer.distributed`: `setup_distributed`, `wrap_for_training`, `model_flops_utilization`
-- Part 5.3, `annotated_transformer.trainer`: `TrainConfig`, `train`
-- Part 7, `annotated_transformer.visualization`: `sentence_attention`, `plot_attention`, `plot_sentence`, `AttentionView` (`AttentionMaps.to_html()`)
+- `annotated_transformer.model` (the model): `make_model`, `ModelConfig`, `EncoderDecoder`, `attention_weights`, `count_parameters`
+- `annotated_transformer.batching` (batches and masks): `Batch`, `TokenBatchSampler`, `make_loader`
+- `annotated_transformer.training` (the training loop and the schedule): `run_epoch`, `rate`, `noam_optimizer`, `TrainState`
+- `annotated_transformer.losses` (label smoothing): `LabelSmoothing`, `FusedLabelSmoothing`, `sequence_loss`
+- `annotated_transformer.decoding` (decoding): `greedy_decode` (the version to read), `greedy_search`, `beam_search`, `Decoder`
+- `annotated_transformer.recurrent` (the recurrent systems): `RecurrentConfig`, `RecurrentEncoderDecoder`
+- `annotated_transformer.config` (configuration): `PRESETS`, `preset`, `TrainConfig`, `RuntimeOptions`, `resolve_config`
+- `annotated_transformer.data` (data): `load_multi30k`, `read_parallel`, `Tokenizer`, `SpacyTokenizer`, `Vocab`
+- `annotated_transformer.subwords` (subwords): `SubwordTokenizer`, `shared_vocab`, `learn_bpe`, `apply_bpe`
+- `annotated_transformer.checkpoint` (checkpoints): `RunCheckpoint`, `save_checkpoint`, `load_checkpoint`, `average_last`
+- `annotated_transformer.translation` (from a model to translations): `Translator`, `Search`, `bleu`, `AttentionMaps`
+- `annotated_transformer.distributed` (many GPUs): `setup_distributed`, `wrap_for_training`, `model_flops_utilization`
+- `annotated_transformer.runs` (run folders): `claim_run_folder`, `save_epoch`
+- `annotated_transformer.trainer` (training on Multi30k): `train`, and the steps it is made of
+- `annotated_transformer.visualization` (what the model attends to): `plot_attention`, `plot_sentence`, `AttentionView`
+- `annotated_transformer._chapters` (hand-written, private): what the notebooks share to run their chapters
 - `annotated_transformer.cli` (hand-written): the console command `annotated-transformer`
 
 Modules:
 
-- `annotated_transformer.cli`: The console command `annotated-transformer`: train, evaluate and translate, on Multi30k or your own parallel text."""
+- `annotated_transformer.checkpoint`: What a training run saves after every epoch, as one typed record with its format's older versions read in one place; saving it atomically and loading it without running code; building the trained model and its tokenizers from it; random states for an exact resume; and checkpoint averaging (§6.1).
+- `annotated_transformer.cli`: The console command `annotated-transformer`: train, evaluate and translate, on Multi30k or your own parallel text.
+- `annotated_transformer.config`: A run's settings in one place: the named model sizes, the training configuration with every field checked by type and range, the options that are not stored, and how the settings of a run are resolved from defaults, a config file, command-line flags and, on a resume, its checkpoint.
+- `annotated_transformer.data`: Multi30k from the raw files (download, cache and verify) or your own line-aligned files; tokenizers for words, behind one small interface; vocabularies; sentences as ids.
+- `annotated_transformer.runs`: A training run's folder: one writer at a time, no run replaced without being told, and its files written so that an interruption never leaves a half-written one behind.
+- `annotated_transformer.trainer`: Train the Transformer on Multi30k, from the sentence pairs to a checkpoint per epoch, in small steps; then translate the test set and score it with BLEU the way the field does.
+- `annotated_transformer.translation`: Text in, text out: a `Translator` holds a trained model with its vocabularies and tokenizers, searches for translations in batches, scores them with BLEU the way the field does, and shows what the model attends to for a sentence.
+- `annotated_transformer.visualization`: Attention heatmaps for every layer and head of a trained model (encoder self-attention, decoder self-attention and decoder source attention, with the tokens on the right axes), what its heads do, measured, and an interactive view in which pointing at a token shows what it attends to."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -42,41 +42,53 @@ import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
-from dataclasses import asdict, replace
 from pathlib import Path
-from typing import NamedTuple, NoReturn, TextIO
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
+from typing import NoReturn, TextIO
 
 import torch
 
 from annotated_transformer import __version__
-from annotated_transformer.checkpoint import (
-    average_last,
-    load_checkpoint,
-    model_from_checkpoint,
-    tokenizers_from_checkpoint,
+from annotated_transformer.checkpoint import RunCheckpoint, average_last, load_checkpoint
+from annotated_transformer.config import (
+    DEFAULT_VOCAB_SIZE,
+    PRECISION_NAMES,
+    PRESETS,
+    ChoiceError,
+    Choices,
+    RuntimeOptions,
+    TrainConfig,
+    arch_of,
+    resolve_config,
 )
-from annotated_transformer.data import Vocab, load_multi30k, read_lines
+from annotated_transformer.data import load_multi30k, read_lines
 from annotated_transformer.distributed import (
-    PRECISIONS,
     cleanup_distributed,
     default_precision,
     setup_distributed,
 )
-from annotated_transformer.model import EncoderDecoder, ModelConfig, count_parameters
-from annotated_transformer.recurrent import ARCHS, RecurrentConfig, RecurrentEncoderDecoder, arch_of
-from annotated_transformer.trainer import TrainConfig, train
-from annotated_transformer.translation import bleu, detokenize, translate_nbest
+from annotated_transformer.model import EncoderDecoder, count_parameters
+from annotated_transformer.recurrent import ARCHS
+from annotated_transformer.trainer import train
+from annotated_transformer.translation import Search, Translator, bleu
 
-
-DEFAULT_VOCAB_SIZE = 8000  # subwords for your own files when --vocab-size is not given
 FILE_FLAGS = ("train_src", "train_tgt", "valid_src", "valid_tgt")
+TRAIN_FLAGS = (
+    "epochs",
+    "max_tokens",
+    "accum_iter",
+    "warmup",
+    "seed",
+    "src_lang",
+    "tgt_lang",
+    "train_pairs",
+)  # TrainConfig's fields that flags of the same name set
 
 
+class UsageError(Exception):
+    "A bad flag value or combination found after parsing: exit status 2."
+
+
+# ------------------------------------------------------------------------------------------ train
 def _files(args: argparse.Namespace) -> dict[str, tuple[Path, Path]] | None:
     "The training and validation files the flags name (all four or none), checked to exist."
     given = [name for name in FILE_FLAGS if getattr(args, name) is not None]
@@ -87,7 +99,8 @@ def _files(args: argparse.Namespace) -> dict[str, tuple[Path, Path]] | None:
             "--" + name.replace("_", "-") for name in FILE_FLAGS if name not in given
         )
         raise UsageError(
-            f"your own data needs all four of --train-src, --train-tgt, --valid-src and --valid-tgt: {missing} missing"
+            f"your own data needs all four of --train-src, --train-tgt, --valid-src and "
+            f"--valid-tgt: {missing} missing"
         )
     for name in FILE_FLAGS:
         if not getattr(args, name).is_file():
@@ -95,97 +108,38 @@ def _files(args: argparse.Namespace) -> dict[str, tuple[Path, Path]] | None:
     return {"train": (args.train_src, args.train_tgt), "val": (args.valid_src, args.valid_tgt)}
 
 
-def _config_file(path: Path) -> TrainConfig:
-    "A training configuration from a JSON or TOML file: any of `TrainConfig`'s settings (the model's under 'model'), the rest default."
-    if not path.is_file():
-        raise UsageError(f"--config {path}: no such file")
-    try:
-        settings = (
-            tomllib.loads(path.read_text())
-            if path.suffix == ".toml"
-            else json.loads(path.read_text())
-        )
-        defaults, model = TrainConfig().to_dict(), settings.get("model", {})
-        if model.get("arch", "transformer") != "transformer":  # a recurrent model: its own defaults
-            defaults["model"] = asdict(RecurrentConfig(arch=model["arch"]))
-        return TrainConfig.from_dict(
-            {**defaults, **settings, "model": {**defaults["model"], **model}}
-        )
-    except (
-        ValueError,
-        TypeError,
-        AttributeError,
-    ) as error:  # not JSON/TOML, an unknown setting, a bad value, not a table
-        raise ValueError(f"--config {path}: {error}") from None
+def _choices(args: argparse.Namespace) -> Choices:
+    "What the flags choose of a run's configuration (None where a flag is not given)."
+    given = {name: getattr(args, name) for name in TRAIN_FLAGS if getattr(args, name) is not None}
+    return Choices(
+        size=args.model,
+        arch=args.arch,
+        enc_layers=args.enc_layers,
+        dec_layers=args.dec_layers,
+        dropout=args.dropout,
+        vocab_size=args.vocab_size,
+        train=given,
+    )
 
 
 def _train_config(args: argparse.Namespace, files: dict | None) -> TrainConfig:
-    "The defaults, the --config file or on --resume the checkpoint's configuration, with the flags that were given."
+    "The run's configuration: the configuration chapter's `resolve_config` of the flags."
     if args.resume and args.config:
         raise UsageError(
             "--config sets up a new run; a resumed run keeps the configuration in its checkpoint"
         )
-    overrides = {
-        name: getattr(args, name)
-        for name in (
-            "epochs",
-            "max_tokens",
-            "accum_iter",
-            "warmup",
-            "seed",
-            "src_lang",
-            "tgt_lang",
-            "train_pairs",
-        )
-        if getattr(args, name) is not None
-    }
-    if args.resume:
-        base = TrainConfig.from_dict(load_checkpoint(args.out / "last.pt")["config"])
-    else:
-        base = _config_file(args.config) if args.config else TrainConfig()
-    vocab_size = (
-        args.vocab_size
-        or base.vocab_size
-        or (DEFAULT_VOCAB_SIZE if files and not args.resume else None)
-    )
-    model = _model_config(args, base.model)
-    if not (
-        args.resume or args.config
-    ):  # subwords: one shared vocabulary and the three tied weights of §3.4
-        model = replace(model, share_embeddings=vocab_size is not None)
-    overrides["model"] = model if args.dropout is None else replace(model, dropout=args.dropout)
-    return replace(base, **overrides, vocab_size=vocab_size)
-
-
-def _model_config(
-    args: argparse.Namespace, base: ModelConfig | RecurrentConfig
-) -> ModelConfig | RecurrentConfig:
-    "The model --arch, --model and the layer counts choose; `base` (the default, the --config file's or the resumed run's) if none is given."
-    layers = {
-        name: getattr(args, name)
-        for name in ("enc_layers", "dec_layers")
-        if getattr(args, name) is not None
-    }
-    arch = args.arch or arch_of(base)
-    if arch == "transformer":
-        if layers:
-            raise UsageError(
-                "--enc-layers and --dec-layers size a recurrent model (--arch lstm or lexical): "
-                "a Transformer's size comes from --model"
-            )
-        if args.model is None:
-            return base if arch_of(base) == "transformer" else TrainConfig().model
-        return (
-            TrainConfig().model
-            if args.model == "multi30k"
-            else replace(ModelConfig.preset(args.model), norm_first=True)
-        )
-    if args.model is not None:
-        raise UsageError(
-            f"--model chooses a Transformer's size: it does not apply to --arch {arch} (use --enc-layers and --dec-layers)"
-        )
-    start = base if arch_of(base) == arch else RecurrentConfig(arch=arch)
-    return replace(start, **layers)
+    if args.config is not None and not args.config.is_file():
+        raise UsageError(f"--config {args.config}: no such file")
+    last = args.out / "last.pt"
+    stored = load_checkpoint(last).config if args.resume else None
+    try:
+        return resolve_config(_choices(args), args.config, files is not None, stored, str(last))
+    except ChoiceError as error:
+        raise UsageError(str(error)) from None
+    except ValueError as error:  # the config file's: named by the flag too
+        if args.config is not None and str(error).startswith(f"{args.config}:"):
+            raise ValueError(f"--config {error}") from None
+        raise
 
 
 def _train(args: argparse.Namespace) -> None:
@@ -196,12 +150,19 @@ def _train(args: argparse.Namespace) -> None:
     files = _files(args)
     if files and (args.data_dir or args.src_lang or args.tgt_lang):
         raise UsageError(
-            "--data-dir, --src-lang and --tgt-lang choose Multi30k's files: leave them out with --train-src and the others"
+            "--data-dir, --src-lang and --tgt-lang choose Multi30k's files: leave them "
+            "out with --train-src and the others"
         )
     config = _train_config(args, files)
-    setup = setup_distributed(
-        args.backend, args.device
-    )  # one process, or one of those torchrun started (Part 6)
+    setup = setup_distributed(args.backend, args.device)  # alone, or one of torchrun's processes
+    options = RuntimeOptions(
+        device=str(setup.device),
+        compile=args.compile,
+        precision=args.precision or default_precision(setup.device),
+        fused_loss=args.fused_loss,
+        tensorboard=args.tensorboard,
+        progress=not args.quiet,
+    )
     try:
         train(
             args.out,
@@ -210,68 +171,36 @@ def _train(args: argparse.Namespace) -> None:
             files=files,
             resume=args.resume,
             overwrite=args.overwrite,
-            device=setup.device,
-            progress=not args.quiet,
-            precision=args.precision or default_precision(setup.device),
-            compile=args.compile,
-            fused_loss=args.fused_loss,
-            tensorboard=args.tensorboard,
+            options=options,
         )
     finally:
         cleanup_distributed()
 
 
-class UsageError(Exception):
-    "A bad flag value or combination found after parsing (e.g. a --layer the checkpoint's model does not have): exit status 2."
+# ------------------------------------------------------------------------ evaluate and translate
+def _load(args: argparse.Namespace) -> tuple[Translator, RunCheckpoint]:
+    "The translator of --checkpoint (its last epochs averaged with --average-last), and its record."
+    path, k = args.checkpoint, args.average_last
+    ckpt = average_last(path, k) if k else load_checkpoint(path)
+    return Translator.from_checkpoint(ckpt, device=args.device), ckpt
 
 
-class Loaded(NamedTuple):
-    "What decoding needs from a checkpoint."
-
-    model: EncoderDecoder | RecurrentEncoderDecoder
-    src_vocab: Vocab
-    tgt_vocab: Vocab
-    tokenizers: tuple  # (source, target)
-    config: TrainConfig
-
-
-def _load(args: argparse.Namespace) -> Loaded:
-    ckpt = (
-        average_last(args.checkpoint, args.average_last)
-        if args.average_last
-        else load_checkpoint(args.checkpoint)
-    )
-    model, src_vocab, tgt_vocab = model_from_checkpoint(ckpt, args.checkpoint)
-    tokenizers = tokenizers_from_checkpoint(ckpt, args.checkpoint)
-    model = model.to(args.device) if args.device else model
-    return Loaded(model, src_vocab, tgt_vocab, tokenizers, TrainConfig.from_dict(ckpt["config"]))
+def _search(args: argparse.Namespace) -> Search:
+    "The search the decoding flags ask for."
+    return Search(beam_size=args.beam, alpha=args.alpha, allow_unk=args.allow_unk)
 
 
 def _scored_lines(
-    loaded: Loaded,
+    translator: Translator,
     lines: list[str],
     args: argparse.Namespace,
     nbest: int = 1,
     progress: bool = False,
 ) -> list[list[tuple[list[str], float]]]:
-    "The `nbest` best (target tokens, score) of each line, best first; none for an empty line, so that the output lines up with the input."
-    model, src_vocab, tgt_vocab, (src_tok, _), _ = loaded
+    "The `nbest` best (tokens, score) of each line, best first; none for an empty line (aligned)."
     rows = [i for i, line in enumerate(lines) if line.strip()]
     found = (
-        translate_nbest(
-            model,
-            [lines[i] for i in rows],
-            src_vocab,
-            tgt_vocab,
-            src_tok,
-            beam_size=args.beam,
-            nbest=nbest,
-            alpha=args.alpha,
-            allow_unk=args.allow_unk,
-            progress=progress,
-        )
-        if rows
-        else []
+        translator.nbest([lines[i] for i in rows], _search(args), nbest, progress) if rows else []
     )
     scored: list[list[tuple[list[str], float]]] = [[] for _ in lines]
     for i, best in zip(rows, found):
@@ -280,22 +209,20 @@ def _scored_lines(
 
 
 def _translate_lines(
-    loaded: Loaded, lines: list[str], args: argparse.Namespace, progress: bool = False
+    translator: Translator, lines: list[str], args: argparse.Namespace, progress: bool = False
 ) -> list[list[str]]:
-    "Target tokens for each line; none for an empty line, so that the output lines up with the input."
+    "Target tokens for each line; none for an empty line, so that the output lines up."
     return [
-        best[0][0] if best else [] for best in _scored_lines(loaded, lines, args, progress=progress)
+        best[0][0] if best else []
+        for best in _scored_lines(translator, lines, args, progress=progress)
     ]
 
 
 def _decoding(args: argparse.Namespace) -> str:
     "How the output was made, for the report line."
     search = "greedy" if args.beam == 1 else f"beam {args.beam}, alpha {args.alpha}"
-    return (
-        search
-        + (f", average of the last {args.average_last} epochs" if args.average_last else "")
-        + (", <unk> allowed" if args.allow_unk else "")
-    )
+    average = f", average of the last {args.average_last} epochs" if args.average_last else ""
+    return search + average + (", <unk> allowed" if args.allow_unk else "")
 
 
 def _check_new_output(path: Path | None) -> None:
@@ -310,7 +237,8 @@ def _evaluation_inputs(args: argparse.Namespace) -> None:
     "Check the flags of evaluate that need no model (so before it loads)."
     if (args.src is None) != (args.ref is None):
         raise UsageError(
-            "--src and --ref go together: the sentences to translate and their reference translations"
+            "--src and --ref go together: the sentences to translate and their "
+            "reference translations"
         )
     if args.src is not None and args.split is not None:
         raise UsageError("--split chooses a Multi30k split: leave it out with --src and --ref")
@@ -320,88 +248,76 @@ def _evaluation_inputs(args: argparse.Namespace) -> None:
     _check_new_output(args.output)
 
 
-def _evaluate(args: argparse.Namespace) -> None:
-    _evaluation_inputs(args)
-    loaded = _load(args)
+def _test_set(args: argparse.Namespace, config: TrainConfig) -> tuple[list[str], list[str], str]:
+    "The sentences to translate, their references, and the data's name: your files or a split."
     if args.src is not None:
-        sources, references = (
-            read_lines(args.src, allow_empty=True),
-            read_lines(args.ref, allow_empty=True),
-        )
+        sources = read_lines(args.src, allow_empty=True)
+        references = read_lines(args.ref, allow_empty=True)
         if len(sources) != len(references):
             raise ValueError(
-                f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}: "
-                f"the reference file must translate the source file line by line"
+                f"{args.src} has {len(sources)} lines but {args.ref} has "
+                f"{len(references)}: the reference file must translate the source "
+                f"file line by line"
             )
-        name = args.src.name
-    else:
-        split = args.split or "test2016"
-        pairs = load_multi30k(
-            split, args.data_dir, langs=(loaded.config.src_lang, loaded.config.tgt_lang)
-        )
-        sources, references, name = [src for src, _ in pairs], [tgt for _, tgt in pairs], split
-    hypotheses = _translate_lines(loaded, sources, args, progress=not args.quiet)
+        return sources, references, args.src.name
+    split = args.split or "test2016"
+    pairs = load_multi30k(split, args.data_dir, langs=(config.src_lang, config.tgt_lang))
+    return [src for src, _ in pairs], [tgt for _, tgt in pairs], split
+
+
+def _evaluate(args: argparse.Namespace) -> None:
+    _evaluation_inputs(args)
+    translator, ckpt = _load(args)
+    sources, references, name = _test_set(args, ckpt.config)
+    hypotheses = _translate_lines(translator, sources, args, progress=not args.quiet)
     if args.output is not None:
-        with open(
-            args.output, "x", encoding="utf-8"
-        ) as f:  # "x": never over a file that appeared meanwhile
-            f.writelines(detokenize(tokens, loaded.tokenizers[1]) + "\n" for tokens in hypotheses)
-    scores = bleu(hypotheses, references, loaded.tokenizers[1])
-    if args.json:  # sacreBLEU's own fields, then what was translated and how
-        print(
-            json.dumps(
-                {
-                    **scores.fields,
-                    "tokenized_lowercase": scores.tokenized_lowercase,
-                    "data": name,
-                    "sentences": len(sources),
-                    "checkpoint": str(args.checkpoint),
-                    "arch": arch_of(loaded.config.model),
-                    "parameters": count_parameters(loaded.model),
-                    "beam": args.beam,
-                    "alpha": args.alpha,
-                    "average_last": args.average_last,
-                    "allow_unk": args.allow_unk,
-                }
-            )
-        )
-    else:
+        with open(args.output, "x", encoding="utf-8") as f:  # "x": not over a file made meanwhile
+            f.writelines(translator.detokenize(tokens) + "\n" for tokens in hypotheses)
+    scores = bleu(hypotheses, references, translator.tgt_tokenizer)
+    if not args.json:
         print(f"{name} ({len(sources)} sentences, {_decoding(args)}): {scores}")
+        return
+    settings = dict(
+        data=name,
+        sentences=len(sources),
+        checkpoint=str(args.checkpoint),
+        arch=arch_of(ckpt.config.model),
+        parameters=count_parameters(translator.model),
+        beam=args.beam,
+        alpha=args.alpha,
+        average_last=args.average_last,
+        allow_unk=args.allow_unk,
+    )  # sacreBLEU's own fields, then what and how
+    print(
+        json.dumps({**scores.fields, "tokenized_lowercase": scores.tokenized_lowercase, **settings})
+    )
 
 
 def _stdin_lines() -> Iterator[str]:
-    "The lines of standard input (blank ones too) as they arrive, decoded as UTF-8 one at a time so that an error names its line."
-    binary = getattr(
-        sys.stdin, "buffer", None
-    )  # None where sys.stdin was replaced by a text stream (an embedding program, a test)
+    "Standard input's lines (blank ones too) as they arrive, decoded one at a time: errors name lines."
+    binary = getattr(sys.stdin, "buffer", None)  # None: stdin replaced by a text stream (a test)
     for number, line in enumerate(sys.stdin if binary is None else binary, start=1):
         if isinstance(line, bytes):
             try:
                 line = line.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise ValueError(
-                    f"standard input, line {number}: byte {error.object[error.start]:#04x} at position "
-                    f"{error.start + 1} is not UTF-8 text"
+                    f"standard input, line {number}: byte "
+                    f"{error.object[error.start]:#04x} at position {error.start + 1} "
+                    f"is not UTF-8 text"
                 ) from None
         yield line.rstrip("\r\n")
 
 
 def _chunks(lines: Iterable[str], size: int | None) -> Iterator[list[str]]:
-    "`lines` in lists of `size` (None: one list of them all), each given as soon as it is complete; none at all for no lines."
+    "`lines` in lists of `size` (None: one list), each as soon as it is complete; none for no lines."
     lines = iter(lines)
     while chunk := list(itertools.islice(lines, size)):
         yield chunk
 
 
-def _translate_inputs(args: argparse.Namespace) -> Iterator[list[str]]:
-    """The sentences to translate, in chunks, after every check of the arguments that needs no model (so before it loads).
-
-    The arguments are one chunk. Standard input streams: chunks of --buffer-size lines, each read once the one before is
-    printed, so output comes while input still arrives and memory does not grow with the input (--attention reads it all,
-    as one chunk). Standard input without a sentence (empty, or blank lines only) is no error: like any filter, the command
-    prints a line for each line read, nothing for nothing, so a pipeline whose producer has nothing to say still succeeds;
-    refusing it would also mean holding back every output line until the input ends.
-    """
+def _check_translate_flags(args: argparse.Namespace) -> None:
+    "Refuse combinations of translate's flags that cannot work, before anything is read."
     if args.attention and args.attention.suffix.lower() != ".png":
         raise UsageError(f"--attention needs a .png file name, got {args.attention}")
     if args.layer is not None and not args.attention:
@@ -412,8 +328,8 @@ def _translate_inputs(args: argparse.Namespace) -> Iterator[list[str]]:
         )
     if args.nbest is not None and args.nbest > args.beam:
         raise UsageError(
-            f"--nbest {args.nbest} needs --beam {args.nbest} or more: a beam of {args.beam} ends with at most "
-            f"{args.beam} translations"
+            f"--nbest {args.nbest} needs --beam {args.nbest} or more: a beam of "
+            f"{args.beam} ends with at most {args.beam} translations"
         )
     _check_new_output(args.output)
     empty = [i for i, sentence in enumerate(args.sentences, start=1) if not sentence.strip()]
@@ -421,12 +337,22 @@ def _translate_inputs(args: argparse.Namespace) -> Iterator[list[str]]:
         raise UsageError(
             f"sentence {empty[0]} of the arguments is empty: there is nothing to translate"
         )
+
+
+def _translate_inputs(args: argparse.Namespace) -> Iterator[list[str]]:
+    """The sentences to translate, in chunks, after every check that needs no model.
+
+    The arguments are one chunk. Standard input streams: chunks of --buffer-size lines, each read
+    once the one before is printed, so output comes while input still arrives and memory does not
+    grow with the input (--attention reads it all, as one chunk). Standard input without a sentence
+    (empty, or blank lines only) is no error: like any filter, the command prints a line for each
+    line read, nothing for nothing, so a pipeline whose producer has nothing to say still succeeds.
+    """
+    _check_translate_flags(args)
     if args.attention:
         try:
             args.attention.parent.mkdir(parents=True, exist_ok=True)
-        except (
-            OSError
-        ) as error:  # FileExistsError: it is a file; NotADirectoryError, PermissionError, ...
+        except OSError as error:  # FileExistsError: a file; NotADirectoryError, PermissionError
             reason = "it is not a folder" if isinstance(error, FileExistsError) else error.strerror
             raise OSError(
                 f"cannot use {args.attention.parent} as the folder for --attention: {reason}"
@@ -437,84 +363,80 @@ def _translate_inputs(args: argparse.Namespace) -> Iterator[list[str]]:
 
 
 def _output_lines(
-    loaded: Loaded, lines: list[str], start: int, args: argparse.Namespace
+    translator: Translator, lines: list[str], start: int, args: argparse.Namespace
 ) -> list[str]:
-    "What translate prints for `lines` (input lines start, start + 1, ...): a translation each, or --nbest's INDEX<TAB>SCORE<TAB>TEXT lines."
-    tgt_tok = loaded.tokenizers[1]
+    "What translate prints for input lines start, start + 1, ...: translations, or --nbest's lines."
+    text = translator.detokenize
     if args.nbest is None:
-        return [detokenize(tokens, tgt_tok) for tokens in _translate_lines(loaded, lines, args)]
+        return [text(tokens) for tokens in _translate_lines(translator, lines, args)]
+    scored = _scored_lines(translator, lines, args, args.nbest)
     return [
-        f"{start + i}\t{score:.4f}\t{detokenize(tokens, tgt_tok)}"
-        for i, best in enumerate(_scored_lines(loaded, lines, args, args.nbest))
+        f"{start + i}\t{score:.4f}\t{text(tokens)}"
+        for i, best in enumerate(scored)
         for tokens, score in best
     ]
 
 
 def _print_with_attention(
-    loaded: Loaded, sentences: list[str], layer: int, args: argparse.Namespace, out: TextIO
+    translator: Translator, sentences: list[str], layer: int, args: argparse.Namespace, out: TextIO
 ) -> None:
-    "Print the translations and save the attention maps of each sentence; every map first: one refused prints nothing."
-    from annotated_transformer.visualization import (
-        plot_sentence,
-        sentence_attention,
-    )  # seaborn loads slowly: only when asked
+    "Print the translations and save each sentence's attention maps; every map first."
+    from annotated_transformer.visualization import plot_sentence  # seaborn: only when asked
 
-    model, src_vocab, tgt_vocab, (src_tok, tgt_tok), _ = loaded
-    translations = _translate_lines(loaded, sentences, args)
+    translations = _translate_lines(translator, sentences, args)
     maps = [
-        sentence_attention(model, s, src_vocab, tgt_vocab, translation=tokens, tokenizer=src_tok)
-        if s.strip()
-        else None
+        translator.attention(s, translation=tokens) if s.strip() else None
         for s, tokens in zip(sentences, translations)
-    ]
+    ]  # one refused: nothing printed
     for i, (tokens, found) in enumerate(zip(translations, maps), start=1):
-        print(detokenize(tokens, tgt_tok), file=out)
+        print(translator.detokenize(tokens), file=out)
         if found is not None:
-            path = (
-                args.attention
-                if len(sentences) == 1
-                else args.attention.with_stem(f"{args.attention.stem}-{i}")
-            )
+            stem = f"{args.attention.stem}-{i}"
+            path = args.attention if len(sentences) == 1 else args.attention.with_stem(stem)
             plot_sentence(found, layer).savefig(path, dpi=100)
             print(f"attention of layer {layer} saved to {path}", file=sys.stderr)
+
+
+def _layer(args: argparse.Namespace, translator: Translator) -> int:
+    "The layer --attention draws: --layer, checked against the model, or the last."
+    model = translator.model
+    layers = len(model.encoder.layers) if isinstance(model, EncoderDecoder) else 1
+    if args.layer is not None and not 0 <= args.layer < layers:
+        raise UsageError(
+            f"--layer {args.layer} is out of range: the model has {layers} layers, "
+            f"numbered 0 to {layers - 1}"
+        )
+    return layers - 1 if args.layer is None else args.layer
 
 
 def _translate(args: argparse.Namespace) -> None:
     chunks = _translate_inputs(args)
     first = next(chunks, [])  # read, so checked, before the model loads
-    loaded = _load(args)
-    layers = len(loaded.model.encoder.layers) if isinstance(loaded.model, EncoderDecoder) else 1
-    if (
-        args.layer is not None and not 0 <= args.layer < layers
-    ):  # before translating: nothing is printed
-        raise UsageError(
-            f"--layer {args.layer} is out of range: the model has {layers} layers, numbered 0 to {layers - 1}"
-        )
-    layer = layers - 1 if args.layer is None else args.layer
+    translator, _ = _load(args)
+    layer = _layer(args, translator)  # before translating: nothing is printed
+    output = open(args.output, "x", encoding="utf-8") if args.output else nullcontext(sys.stdout)
     try:
-        with (
-            open(args.output, "x", encoding="utf-8") if args.output else nullcontext(sys.stdout)
-        ) as out:  # "x": never overwrite
+        with output as out:  # "x": never over an existing file
             if args.attention:  # `first` holds every sentence
-                _print_with_attention(loaded, first, layer, args, out)
+                _print_with_attention(translator, first, layer, args, out)
                 return
             start = 0
             for lines in itertools.chain([first], chunks):
-                out.writelines(line + "\n" for line in _output_lines(loaded, lines, start, args))
+                out.writelines(
+                    line + "\n" for line in _output_lines(translator, lines, start, args)
+                )
                 out.flush()  # shown now, while the next chunk is read
                 start += len(lines)
-    except (
-        BrokenPipeError
-    ):  # the reader stopped early (`| head`): stop too, quietly, as other filters do
-        os.dup2(
-            os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno()
-        )  # Python flushes stdout on exiting: not into the closed pipe
+    except BrokenPipeError:  # the reader stopped early (`| head`): stop too, quietly
+        # Python flushes stdout on exiting: not into the closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+# ----------------------------------------------------------------------------- the argument parser
 def _checked(
     convert: Callable[[str], float], accept: Callable[[float], bool], expected: str
 ) -> Callable[[str], float]:
-    "An argparse type: `convert` the text, refusing what it cannot read and what `accept` rejects, both with `expected` in the message."
+    "An argparse type: `convert` the text, refusing what it cannot read and what `accept` rejects."
 
     def check(text: str) -> float:
         try:
@@ -531,9 +453,7 @@ def _checked(
 _positive = _checked(int, lambda n: n >= 1, "a whole number at least 1")
 _seed = _checked(int, lambda n: 0 <= n < 2**32, "a whole number from 0 to 2**32 - 1")
 _alpha = _checked(float, lambda x: math.isfinite(x) and x >= 0, "a finite number at least 0")
-_dropout = _checked(
-    float, lambda x: 0 <= x < 1, "a probability at least 0 and below 1"
-)  # NaN fails both comparisons
+_dropout = _checked(float, lambda x: 0 <= x < 1, "a probability at least 0 and below 1")  # not NaN
 
 
 def _language(text: str) -> str:
@@ -555,10 +475,8 @@ def _device(text: str) -> str:
         ) from None
     if device.type == "cpu":
         return text
-    count = {
-        "cuda": torch.cuda.device_count() if torch.cuda.is_available() else 0,
-        "mps": int(torch.backends.mps.is_available()),
-    }
+    cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    count = {"cuda": cuda, "mps": int(torch.backends.mps.is_available())}
     if device.type not in count:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a device this command runs on: use cpu, cuda, cuda:N or mps"
@@ -566,12 +484,14 @@ def _device(text: str) -> str:
     n = count[device.type]
     if n == 0:
         raise argparse.ArgumentTypeError(
-            f"{text} is not available: this machine has no {device.type} device that PyTorch can use"
+            f"{text} is not available: this machine has no "
+            f"{device.type} device that PyTorch can use"
         )
     if device.index is not None and device.index >= n:
         raise argparse.ArgumentTypeError(
-            f"{text} is not available: this machine has {n} {device.type} device(s), "
-            f"{device.type}:0 to {device.type}:{n - 1}"
+            f"{text} is not available: this machine has {n} "
+            f"{device.type} device(s), {device.type}:0 to "
+            f"{device.type}:{n - 1}"
         )
     return text
 
@@ -593,54 +513,28 @@ EXAMPLES = {  # shown under each command's --help
   annotated-transformer train --out runs/multi30k --resume --epochs 30""",
     "evaluate": """examples:
   annotated-transformer evaluate --checkpoint runs/multi30k/last.pt --beam 4 --average-last 5
-  annotated-transformer evaluate --checkpoint runs/mine/last.pt --src test.xx --ref test.yy --output test.out""",
+  annotated-transformer evaluate --checkpoint runs/mine/last.pt --src test.xx --ref test.yy \\
+      --output test.out""",
     "translate": """examples:
   annotated-transformer translate --checkpoint runs/multi30k/last.pt "Ein Mann fährt Fahrrad."
-  annotated-transformer translate --checkpoint runs/multi30k/last.pt --attention maps.png "Zwei Hunde spielen."
+  annotated-transformer translate --checkpoint runs/multi30k/last.pt --attention maps.png \\
+      "Zwei Hunde spielen."
   annotated-transformer translate --checkpoint runs/mine/last.pt --beam 4 < input.xx > output.yy
   annotated-transformer translate --checkpoint runs/mine/last.pt --output output.yy < input.xx
-  annotated-transformer translate --checkpoint runs/multi30k/last.pt --buffer-size 1    # line by line, as you type
-  annotated-transformer translate --checkpoint runs/multi30k/last.pt --beam 4 --nbest 3 < input.de    # INDEX<TAB>SCORE<TAB>TEXT""",
+  annotated-transformer translate --checkpoint runs/multi30k/last.pt --buffer-size 1  # as you type
+  annotated-transformer translate --checkpoint runs/multi30k/last.pt --beam 4 --nbest 3 \\
+      < input.de    # INDEX<TAB>SCORE<TAB>TEXT""",
 }
 
 
-def parser() -> argparse.ArgumentParser:
-    "The argument parser of `annotated-transformer`."
-    p = _Parser(
-        prog="annotated-transformer",
-        description="Train, evaluate and use a Transformer: Multi30k (German->English by default) "
-        "or your own parallel text.",
-        epilog="annotated-transformer COMMAND --help shows a command's flags and examples.",
-    )
-    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--device",
-        type=_device,
-        help="cpu, cuda, cuda:N or mps (default: train on cuda when available; decode on cpu)",
-    )
-    common.add_argument(
-        "--debug",
-        action="store_true",
-        help="on an error, show Python's traceback (for a bug report)",
-    )
-    data = argparse.ArgumentParser(add_help=False)
-    data.add_argument(
-        "--data-dir",
-        type=Path,
-        help="folder with the Multi30k .gz files (default: $MULTI30K_DIR, else download)",
-    )
-    examples = {
-        name: dict(epilog=text, formatter_class=argparse.RawDescriptionHelpFormatter)
-        for name, text in EXAMPLES.items()
-    }
-
+def _train_parser(sub, parents: list[argparse.ArgumentParser]) -> None:
+    "The train command's flags."
     t = sub.add_parser(
         "train",
-        parents=[common, data],
+        parents=parents,
         help="train on Multi30k or your own files, a checkpoint per epoch",
-        **examples["train"],
+        epilog=EXAMPLES["train"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     t.add_argument(
         "--out", type=Path, required=True, help="folder for checkpoints (last.pt, epochK.pt)"
@@ -672,69 +566,36 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--vocab-size",
         type=_positive,
-        help=f"subwords: one shared vocabulary of this size, tied embeddings "
-        f"(default for your own files: {DEFAULT_VOCAB_SIZE}; Multi30k: words unless given)",
+        help=f"subwords: one shared vocabulary of this "
+        f"size, tied embeddings (default for your own files: {DEFAULT_VOCAB_SIZE}; "
+        f"Multi30k: words unless given)",
     )
     t.add_argument(
         "--config",
         type=Path,
         metavar="FILE",
-        help="a training configuration (.json or .toml: TrainConfig's settings, "
-        "the model's under 'model'); flags given override it",
+        help="a training configuration (.json or "
+        ".toml: TrainConfig's settings, the model's under 'model'); flags given override it",
     )
-    t.add_argument(
-        "--arch",
-        choices=["transformer", *ARCHS],
-        help="the architecture (default transformer; lstm: an attentional LSTM "
-        "encoder-decoder; lexical: the same with the lexical model; Part 8)",
-    )
-    t.add_argument(
-        "--model",
-        choices=["multi30k", "small", "tiny", "base", "big"],
-        help="the Transformer's size (default multi30k: N=3, d_model=256; small: N=2, d_model=128, a few minutes on a CPU; all pre-norm)",
-    )
-    t.add_argument(
-        "--enc-layers",
-        type=_positive,
-        help="--arch lstm or lexical: bidirectional LSTM layers of the encoder (default 1)",
-    )
-    t.add_argument(
-        "--dec-layers",
-        type=_positive,
-        help="--arch lstm or lexical: LSTM layers of the decoder (default 1)",
-    )
-    t.add_argument(
-        "--train-pairs",
-        type=_positive,
-        metavar="N",
-        help="train on N of the training pairs, chosen at random by --seed (default: all)",
-    )
-    t.add_argument(
-        "--epochs", type=_positive, help=f"total epochs (default {TrainConfig().epochs})"
-    )
-    t.add_argument(
-        "--max-tokens",
-        type=_positive,
-        help=f"tokens per batch (default {TrainConfig().max_tokens})",
-    )
-    t.add_argument("--accum-iter", type=_positive, help="batches per optimizer step (default 1)")
-    t.add_argument(
-        "--warmup", type=_positive, help=f"warmup steps (default {TrainConfig().warmup})"
-    )
-    t.add_argument(
-        "--dropout", type=_dropout, help="dropout rate of the model (default: the model's, 0.1)"
-    )
-    t.add_argument("--seed", type=_seed, help="random seed (default 0)")
+    _model_flags(t)
+    _schedule_flags(t)
+    _runtime_flags(t)
+    t.set_defaults(run=_train)
+
+
+def _runtime_flags(t: argparse.ArgumentParser) -> None:
+    "The flags that choose how a run trains on this machine (not stored in the run)."
     t.add_argument(
         "--precision",
-        choices=list(PRECISIONS),
+        choices=list(PRECISION_NAMES),
         help="mixed precision (default: bf16 on GPUs that support it, else fp32)",
     )
     t.add_argument("--compile", action="store_true", help="torch.compile the model")
     t.add_argument(
         "--fused-loss",
         action="store_true",
-        help="compute the loss from the decoder's outputs in chunks, never all logits at once (same values)",
+        help="compute the loss from the decoder's "
+        "outputs in chunks, never all logits at once (same values)",
     )
     t.add_argument(
         "--backend",
@@ -747,41 +608,97 @@ def parser() -> argparse.ArgumentParser:
         help="also write TensorBoard logs to OUT/tensorboard (pip install tensorboard)",
     )
     t.add_argument("--quiet", action="store_true", help="no progress bars")
-    t.set_defaults(run=_train)
 
-    decoding = argparse.ArgumentParser(add_help=False)
-    decoding.add_argument(
+
+def _model_flags(t: argparse.ArgumentParser) -> None:
+    "The flags that choose the model."
+    t.add_argument(
+        "--arch",
+        choices=["transformer", *ARCHS],
+        help="the architecture (default "
+        "transformer; lstm: an attentional LSTM encoder-decoder; lexical: the same with "
+        "the lexical model)",
+    )
+    t.add_argument(
+        "--model",
+        choices=list(PRESETS),
+        help="the Transformer's size (default "
+        "multi30k: N=3, d_model=256; small: N=2, d_model=128, a few minutes on a CPU; "
+        "all pre-norm)",
+    )
+    t.add_argument(
+        "--enc-layers",
+        type=_positive,
+        help="--arch lstm or lexical: bidirectional LSTM layers of the encoder (default 1)",
+    )
+    t.add_argument(
+        "--dec-layers",
+        type=_positive,
+        help="--arch lstm or lexical: LSTM layers of the decoder (default 1)",
+    )
+    t.add_argument(
+        "--dropout", type=_dropout, help="dropout rate of the model (default: the model's, 0.1)"
+    )
+
+
+def _schedule_flags(t: argparse.ArgumentParser) -> None:
+    "The flags that set the data, the batches and the schedule."
+    defaults = TrainConfig()
+    t.add_argument(
+        "--train-pairs",
+        type=_positive,
+        metavar="N",
+        help="train on N of the training pairs, chosen at random by --seed (default: all)",
+    )
+    t.add_argument("--epochs", type=_positive, help=f"total epochs (default {defaults.epochs})")
+    t.add_argument(
+        "--max-tokens", type=_positive, help=f"tokens per batch (default {defaults.max_tokens})"
+    )
+    t.add_argument("--accum-iter", type=_positive, help="batches per optimizer step (default 1)")
+    t.add_argument("--warmup", type=_positive, help=f"warmup steps (default {defaults.warmup})")
+    t.add_argument("--seed", type=_seed, help="random seed (default 0)")
+
+
+def _decoding_flags() -> argparse.ArgumentParser:
+    "The flags evaluate and translate share: the checkpoint and the search."
+    d = argparse.ArgumentParser(add_help=False)
+    d.add_argument(
         "--checkpoint",
         type=Path,
         required=True,
         help="a checkpoint written by train (e.g. OUT/last.pt)",
     )
-    decoding.add_argument(
+    d.add_argument(
         "--beam", type=_positive, default=1, help="beam size (default 1: greedy; the paper uses 4)"
     )
-    decoding.add_argument(
+    d.add_argument(
         "--alpha",
         type=_alpha,
         default=0.6,
         help="beam search length penalty (default 0.6, as in the paper)",
     )
-    decoding.add_argument(
+    d.add_argument(
         "--average-last",
         type=_positive,
         metavar="K",
         help="average the weights of the checkpoint's last K epochs",
     )
-    decoding.add_argument(
+    d.add_argument(
         "--allow-unk",
         action="store_true",
         help="let translations contain <unk> (default: the next best word replaces it)",
     )
+    return d
 
+
+def _evaluate_parser(sub, parents: list[argparse.ArgumentParser]) -> None:
+    "The evaluate command's flags."
     e = sub.add_parser(
         "evaluate",
-        parents=[common, data, decoding],
+        parents=parents,
         help="BLEU of a checkpoint on a Multi30k split or on your own files",
-        **examples["evaluate"],
+        epilog=EXAMPLES["evaluate"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     e.add_argument(
         "--split",
@@ -811,11 +728,15 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--quiet", action="store_true", help="no progress bar")
     e.set_defaults(run=_evaluate)
 
+
+def _translate_parser(sub, parents: list[argparse.ArgumentParser]) -> None:
+    "The translate command's flags."
     tr = sub.add_parser(
         "translate",
-        parents=[common, decoding],
+        parents=parents,
         help="translate sentences (arguments or stdin)",
-        **examples["translate"],
+        epilog=EXAMPLES["translate"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     tr.add_argument(
         "sentences",
@@ -827,8 +748,9 @@ def parser() -> argparse.ArgumentParser:
         type=_positive,
         default=100,
         metavar="N",
-        help="standard input: translate and print every N lines "
-        "as they arrive, so the command streams (default 100; 1: line by line)",
+        help="standard "
+        "input: translate and print every N lines as they arrive, so the command "
+        "streams (default 100; 1: line by line)",
     )
     tr.add_argument(
         "--output",
@@ -840,58 +762,84 @@ def parser() -> argparse.ArgumentParser:
         "--nbest",
         type=_positive,
         metavar="K",
-        help="the K best translations of each sentence (K at most --beam), best "
-        "first, a line each: INDEX<TAB>SCORE<TAB>TRANSLATION, INDEX the sentence's place in the input counted from 0, "
-        "SCORE the one the search ranks by, to 4 decimals (beam: log-probability / length penalty; greedy: "
-        "log-probability); no line for a blank input line",
+        help="the K best translations of each "
+        "sentence (K at most --beam), best first, a line each: "
+        "INDEX<TAB>SCORE<TAB>TRANSLATION, INDEX the sentence's place in the input "
+        "counted from 0, SCORE the one the search ranks by, to 4 decimals (beam: "
+        "log-probability / length penalty; greedy: log-probability); no line for a "
+        "blank input line",
     )
     tr.add_argument(
         "--attention",
         type=Path,
         metavar="PNG",
-        help="save attention heatmaps of each sentence (OUT-1.png, ... for several): a "
-        "Transformer's three kinds of attention in one layer, a recurrent model's attention over the source; "
-        "reads all of standard input before translating",
+        help="save attention heatmaps of each "
+        "sentence (OUT-1.png, ... for several): a Transformer's three kinds of "
+        "attention in one layer, a recurrent model's attention over the source; reads "
+        "all of standard input before translating",
     )
     tr.add_argument(
         "--layer", type=int, help="the layer whose attention --attention draws (default: the last)"
     )
     tr.set_defaults(run=_translate)
+
+
+def parser() -> argparse.ArgumentParser:
+    "The argument parser of `annotated-transformer`."
+    p = _Parser(
+        prog="annotated-transformer",
+        description="Train, evaluate and use a Transformer: "
+        "Multi30k (German->English by default) or your own parallel text.",
+        epilog="annotated-transformer COMMAND --help shows a command's flags and examples.",
+    )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--device",
+        type=_device,
+        help="cpu, cuda, cuda:N or mps (default: train on cuda when available; decode on cpu)",
+    )
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an error, show Python's traceback (for a bug report)",
+    )
+    data = argparse.ArgumentParser(add_help=False)
+    data.add_argument(
+        "--data-dir",
+        type=Path,
+        help="folder with the Multi30k .gz files (default: $MULTI30K_DIR, else download)",
+    )
+    _train_parser(sub, [common, data])
+    _evaluate_parser(sub, [common, data, _decoding_flags()])
+    _translate_parser(sub, [common, _decoding_flags()])
     return p
 
 
 def _one_line_warning(command: str) -> Callable:
-    "A `warnings.showwarning` that prints `annotated-transformer COMMAND: warning: ...`, without Python's source line."
+    "A `warnings.showwarning` printing `annotated-transformer COMMAND: warning: ...`, one line."
 
     def show(message, category, filename, lineno, file=None, line=None) -> None:
-        print(
-            f"annotated-transformer {command}: warning: {' '.join(str(message).splitlines())}",
-            file=sys.stderr,
-        )
+        text = " ".join(str(message).splitlines())
+        print(f"annotated-transformer {command}: warning: {text}", file=sys.stderr)
 
     return show
 
 
 def main(argv: list[str] | None = None) -> int:
-    "Entry point: run the command; report usage errors (status 2) and failures (status 1) in one line, without a traceback."
+    "Run the command; report usage errors (status 2) and failures (status 1) in one line."
     args = parser().parse_args(argv)  # a bad flag exits here, with status 2
     try:
         with warnings.catch_warnings():  # restores the default display afterwards
             warnings.showwarning = _one_line_warning(args.command)
             args.run(args)
-    except (
-        UsageError,
-        ValueError,
-        OSError,
-    ) as error:  # OSError: FileNotFoundError, PermissionError, ConnectionError, ...
+    except (UsageError, ValueError, OSError) as error:  # OSError: FileNotFoundError, ...
         if args.debug:
             raise
-        rank = (
-            f" (rank {os.environ['RANK']})" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else ""
-        )  # under torchrun
-        message = " ".join(
-            str(error).splitlines()
-        )  # one line, whatever the library's message holds
+        under_torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1
+        rank = f" (rank {os.environ['RANK']})" if under_torchrun else ""
+        message = " ".join(str(error).splitlines())  # one line, whatever the library's message
         print(f"annotated-transformer {args.command}{rank}: error: {message}", file=sys.stderr)
         return 2 if isinstance(error, UsageError) else 1
     return 0

@@ -11,17 +11,16 @@ import copy
 import math
 import numbers
 from dataclasses import asdict, dataclass
-from types import MappingProxyType
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 # %% auto #0
-__all__ = ['PRESETS', 'EncoderDecoder', 'Generator', 'clones', 'SublayerConnection', 'EncoderLayer', 'Encoder', 'DecoderLayer',
-           'Decoder', 'subsequent_mask', 'check_mask', 'attention', 'MultiHeadedAttention', 'PositionwiseFeedForward',
-           'check_ids', 'Embeddings', 'PositionalEncoding', 'check_hyperparameters', 'make_model', 'ModelConfig',
-           'count_parameters']
+__all__ = ['MAX_SIZES', 'KINDS', 'EncoderDecoder', 'Generator', 'clones', 'SublayerConnection', 'EncoderLayer', 'Encoder',
+           'DecoderLayer', 'Decoder', 'subsequent_mask', 'check_mask', 'attention', 'MultiHeadedAttention',
+           'PositionwiseFeedForward', 'check_ids', 'Embeddings', 'PositionalEncoding', 'check_sizes',
+           'check_hyperparameters', 'make_model', 'ModelConfig', 'count_parameters', 'attention_weights']
 
 # %% ../nbs/01_model.ipynb #b9d2953d
 class EncoderDecoder(nn.Module):
@@ -55,9 +54,8 @@ class EncoderDecoder(nn.Module):
     @property
     def max_len(self) -> int:
         "The longest source or target sequence the model takes: the length of its positional-encoding tables."
-        return min(
-            self.src_embed[1].max_len, self.tgt_embed[1].max_len
-        )  # equal in make_model's models
+        # equal in make_model's models
+        return min(self.src_embed[1].max_len, self.tgt_embed[1].max_len)
 
 
 class Generator(nn.Module):
@@ -226,9 +224,8 @@ class MultiHeadedAttention(nn.Module):
         if d_model % h:
             raise ValueError(f"d_model={d_model} is not divisible by the number of heads h={h}")
         self.h, self.d_v = h, d_model // h
-        self.d_k = (
-            self.d_v if d_k is None else d_k
-        )  # d_k = d_v = d_model / h, as in the paper, unless Table 3 (B) narrows the keys
+        # d_k = d_v = d_model / h, as in the paper, unless Table 3 (B) narrows the keys
+        self.d_k = self.d_v if d_k is None else d_k
         self.w_q, self.w_k, self.w_v, self.w_o = clones(nn.Linear(d_model, d_model), 4)
         if self.d_k != self.d_v:  # queries and keys of h * d_k features
             self.w_q, self.w_k = clones(nn.Linear(d_model, h * self.d_k), 2)
@@ -264,9 +261,8 @@ class MultiHeadedAttention(nn.Module):
         else:
             p = self.dropout.p if self.training else 0.0
             x, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p), None
-        x = x.transpose(1, 2).reshape(
-            B, Lq, self.h * self.d_v
-        )  # Concat(head_1..head_h): (B, Lq, D)
+        # Concat(head_1..head_h): (B, Lq, D)
+        x = x.transpose(1, 2).reshape(B, Lq, self.h * self.d_v)
         return self.w_o(x), weights
 
 # %% ../nbs/01_model.ipynb #ef74d798
@@ -276,9 +272,8 @@ class PositionwiseFeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1):
         super().__init__()
         self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(
-            dropout
-        )  # on the hidden activations: a departure, the paper does not mention it
+        # on the hidden activations: a departure, the paper does not mention it
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         "(B, L, D) -> (B, L, D) through a hidden layer of size d_ff."
@@ -319,9 +314,8 @@ class PositionalEncoding(nn.Module):
             self.pe = nn.Parameter(torch.zeros(1, max_len, d_model))  # (1, max_len, D)
             return
         pos = torch.arange(max_len).unsqueeze(1)  # (max_len, 1)
-        inv_freq = torch.exp(
-            torch.arange(0, d_model, 2) * -(math.log(10000.0) / d_model)
-        )  # 1/10000^(2i/D): (D/2,)
+        # 1/10000^(2i/D): (D/2,)
+        inv_freq = torch.exp(torch.arange(0, d_model, 2) * -(math.log(10000.0) / d_model))
         pe = torch.zeros(max_len, d_model)
         pe[:, 0::2] = torch.sin(pos * inv_freq)  # (max_len, D/2)
         pe[:, 1::2] = torch.cos(pos * inv_freq)[:, : d_model // 2]
@@ -341,6 +335,27 @@ class PositionalEncoding(nn.Module):
         return self.dropout(x + self.pe[:, : x.size(1)])
 
 # %% ../nbs/01_model.ipynb #5c8994f8
+MAX_SIZES = {  # the largest sizes built: a checkpoint asking for more is refused before allocating
+    "N": 48,
+    "d_model": 8192,
+    "d_ff": 32768,
+    "h": 128,
+    "max_len": 32768,
+    "d_k": 8192,
+    "src_vocab": 1_000_000,
+    "tgt_vocab": 1_000_000,
+}
+
+
+def check_sizes(**sizes: int) -> None:
+    "Raise a one-line error naming the first size that is not a whole number from 1 to its maximum."
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{name} must be an integer, got {name}={value!r}")
+        if not 1 <= value <= MAX_SIZES[name]:
+            raise ValueError(f"{name} must be from 1 to {MAX_SIZES[name]:,}, got {name}={value}")
+
+
 def check_hyperparameters(
     N: int,  # layers in each stack
     d_model: int,
@@ -353,12 +368,8 @@ def check_hyperparameters(
     **vocab_sizes: int,  # src_vocab and tgt_vocab, where known
 ) -> None:
     "Raise a one-line error naming the first hyperparameter that does not describe a Transformer."
-    sizes = {**vocab_sizes, "N": N, "d_model": d_model, "d_ff": d_ff, "h": h, "max_len": max_len}
-    for name, value in {**sizes, **({} if d_k is None else {"d_k": d_k})}.items():
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"{name} must be an integer, got {name}={value!r}")
-        if value < 1:
-            raise ValueError(f"{name} must be at least 1, got {name}={value}")
+    keys = {} if d_k is None else {"d_k": d_k}
+    check_sizes(**vocab_sizes, N=N, d_model=d_model, d_ff=d_ff, h=h, max_len=max_len, **keys)
     if d_model % h:
         raise ValueError(f"d_model={d_model} is not divisible by the number of heads h={h}")
     if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real):
@@ -381,26 +392,17 @@ def make_model(
     dropout: float = 0.1,
     max_len: int = 5000,  # longest sequence the positional encoding covers
     norm_first: bool = False,  # pre-norm instead of the paper's post-norm
-    share_embeddings: bool = False,  # tie source, target and pre-softmax weights (§3.4); needs src_vocab == tgt_vocab
+    share_embeddings: bool = False,  # tie source, target and output weights (§3.4): one vocabulary
     d_k: int | None = None,  # per-head size of queries and keys (Table 3 B); None: d_model / h
     positions: str = "sinusoidal",  # or "learned" (Table 3 E)
 ) -> EncoderDecoder:
     "Build the Transformer of §3 with Xavier-initialized weights."
-    check_hyperparameters(
-        N,
-        d_model,
-        d_ff,
-        h,
-        dropout,
-        max_len,
-        d_k,
-        positions,
-        src_vocab=src_vocab,
-        tgt_vocab=tgt_vocab,
-    )
+    sizes = dict(src_vocab=src_vocab, tgt_vocab=tgt_vocab)
+    check_hyperparameters(N, d_model, d_ff, h, dropout, max_len, d_k, positions, **sizes)
     if share_embeddings and src_vocab != tgt_vocab:
         raise ValueError(
-            f"share_embeddings needs one shared vocabulary, got src_vocab={src_vocab} and tgt_vocab={tgt_vocab}"
+            f"share_embeddings needs one shared vocabulary, "
+            f"got src_vocab={src_vocab} and tgt_vocab={tgt_vocab}"
         )
     c = copy.deepcopy
     attn = MultiHeadedAttention(h, d_model, dropout, d_k)
@@ -426,7 +428,7 @@ def make_model(
 # %% ../nbs/01_model.ipynb #87cc9513
 @dataclass(frozen=True)
 class ModelConfig:
-    "Hyperparameters of the Transformer; `ModelConfig.preset(name)` gives the paper's settings."
+    "Hyperparameters of the Transformer; the defaults are the paper's base model."
 
     N: int = 6  # layers in each stack
     d_model: int = 512
@@ -441,39 +443,61 @@ class ModelConfig:
 
     def __post_init__(self):
         "Refuse a nonsensical configuration when it is made (on the command line, from a checkpoint)."
-        check_hyperparameters(
-            self.N,
-            self.d_model,
-            self.d_ff,
-            self.h,
-            self.dropout,
-            self.max_len,
-            self.d_k,
-            self.positions,
-        )
-
-    @staticmethod
-    def preset(name: str) -> ModelConfig:
-        "The named preset: 'base' and 'big' (Table 3), 'small' (a few minutes of training on a CPU) or 'tiny' (tests)."
-        if name not in PRESETS:
-            raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
-        return PRESETS[name]
+        sizes = (self.N, self.d_model, self.d_ff, self.h)
+        check_hyperparameters(*sizes, self.dropout, self.max_len, self.d_k, self.positions)
 
     def build(self, src_vocab: int, tgt_vocab: int) -> EncoderDecoder:
         "A freshly initialized model with this configuration."
         return make_model(src_vocab, tgt_vocab, **asdict(self))
 
-
-PRESETS = MappingProxyType(
-    {
-        "base": ModelConfig(),
-        "big": ModelConfig(d_model=1024, d_ff=4096, h=16, dropout=0.3),
-        "small": ModelConfig(N=2, d_model=128, d_ff=512, h=4),
-        "tiny": ModelConfig(N=2, d_model=64, d_ff=256, h=4),
-    }
-)
-
 # %% ../nbs/01_model.ipynb #0bb02c59
 def count_parameters(model: nn.Module) -> int:
     "Number of distinct trainable parameters (a tied matrix counts once)."
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+# %% ../nbs/01_model.ipynb #982480a8
+KINDS = {  # the three kinds of attention, by the names used below
+    "encoder": "encoder self-attention",
+    "decoder_self": "decoder self-attention",
+    "decoder_src": "decoder source attention",
+}
+
+
+@torch.no_grad()
+def attention_weights(
+    model: EncoderDecoder,
+    src: Tensor,  # (1, S) source ids, <s> and </s> included
+    tgt: Tensor,  # (1, T) decoder input ids, starting with <s>
+    pad: int,  # the padding id of the source
+) -> dict[str, Tensor]:
+    "Every attention weight of one pass over a pair: {kind: (N, h, queries, keys)}; eval mode."
+    kinds = {}  # attention module -> its kind
+    for layer in model.encoder.layers:
+        kinds[layer.self_attn] = "encoder"
+    for layer in model.decoder.layers:
+        kinds[layer.self_attn], kinds[layer.src_attn] = "decoder_self", "decoder_src"
+    found: dict[str, list[Tensor]] = {kind: [] for kind in KINDS}
+
+    def ask_for_weights(module, args, kwargs):
+        return args, {**kwargs, "need_weights": True}
+
+    def keep_weights(module, args, kwargs, output):
+        found[kinds[module]].append(output[1][0])  # (h, Q, K): the batch's one sentence
+
+    hooks = [
+        hook
+        for module in kinds
+        for hook in (
+            module.register_forward_pre_hook(ask_for_weights, with_kwargs=True),
+            module.register_forward_hook(keep_weights, with_kwargs=True),
+        )
+    ]
+    model.eval()
+    try:
+        src_mask = (src != pad).unsqueeze(-2)  # (1, 1, S)
+        tgt_mask = subsequent_mask(tgt.size(1)).to(tgt.device)  # (1, T, T)
+        model.decode(model.encode(src, src_mask), src_mask, tgt, tgt_mask)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return {kind: torch.stack(weights) for kind, weights in found.items()}  # layers in order

@@ -1,20 +1,23 @@
-"""Decoding speed on the CPU: the earlier notebook's way against the cached, batched decoders of Part 3.
+"""Decoding speed on the CPU: the earlier notebook's way against the cached, batched decoders of
+Part 3.
 
-Four ways to translate the same German sentences (test2016 by default), one after the other in one run:
+Four ways to translate the same German sentences (test2016 by default), one after the other in one
+run:
 
 (a)  one sentence at a time, re-running the decoder over the whole prefix at every step up to the
-     length limit, as the earlier notebook's `greedy_decode` does (Part 2's `greedy_decode` without
-     an end symbol);
-(a') the same, but stopping at the end symbol (Part 2's `greedy_decode` with one): a stronger
+     length limit, as the earlier notebook's `greedy_decode` does (Part 3's readable
+     `greedy_decode` without an end symbol);
+(a') the same, but stopping at the end symbol (`greedy_decode` with one): a stronger
      baseline, reported beside (a);
 (b)  batched greedy search with the key/value cache (`greedy_search`);
 (c)  batched beam search, beam 4, alpha 0.6, with the cache (`beam_search`).
 
-Sentences are sorted by length and decoded in batches of `--batch`, each with its own limit of input
-length + 50 tokens (§6.1). With `--checkpoint` the trained model decodes; without one a random-weight
-model of the Multi30k size does (it rarely produces the end symbol, so every output runs to its limit:
-a worst case). The script prints sentences per second and the ratios the decoding chapter asks for:
-(b) at least 20x faster than (a), (c) at most 4x the time of (b); and (b) against (a').
+Sentences are sorted by length and decoded in batches of `--batch`, each with its own limit of
+input length + 50 tokens (§6.1). With `--checkpoint` the trained model decodes; without one a
+random-weight model of the Multi30k size does (it rarely produces the end symbol, so every output
+runs to its limit: a worst case). The script prints sentences per second and the ratios the
+decoding chapter asks for: (b) at least 20x faster than (a), (c) at most 4x the time of (b); and
+(b) against (a').
 
     python benchmarks/bench_decoding.py --checkpoint runs/multi30k/last.pt
     python benchmarks/bench_decoding.py --limit 200          # random weights, 200 sentences
@@ -28,21 +31,22 @@ import time
 import torch
 from torch import nn
 
-from annotated_transformer.checkpoint import load_checkpoint, model_from_checkpoint
-from annotated_transformer.data import Vocab, load_multi30k, load_tokenizers, tokenize_all
-from annotated_transformer.decoding import beam_search, greedy_search
-from annotated_transformer.trainer import TrainConfig
-from annotated_transformer.training import greedy_decode
+from annotated_transformer.checkpoint import load_checkpoint
+from annotated_transformer.config import TrainConfig
+from annotated_transformer.data import Vocab, load_multi30k, load_tokenizers
+from annotated_transformer.decoding import beam_search, greedy_decode, greedy_search
 
 
 def load_model(args: argparse.Namespace):
-    "The checkpoint's model and vocabularies, or a random Multi30k-sized model with vocabularies from the data."
+    """The checkpoint's model and vocabularies, or a random Multi30k-sized model with vocabularies
+    from the data."""
     if args.checkpoint:
-        return model_from_checkpoint(load_checkpoint(args.checkpoint))
+        ckpt = load_checkpoint(args.checkpoint)
+        return ckpt.build_model(), ckpt.src_vocab, ckpt.tgt_vocab
     tok_de, tok_en = load_tokenizers()
     train = load_multi30k("train", args.data_dir)
-    src_vocab = Vocab.build(tokenize_all([de for de, _ in train], tok_de))
-    tgt_vocab = Vocab.build(tokenize_all([en for _, en in train], tok_en))
+    src_vocab = Vocab.build(tok_de.tokenize([de for de, _ in train]))
+    tgt_vocab = Vocab.build(tok_en.tokenize([en for _, en in train]))
     torch.manual_seed(0)
     return TrainConfig().model.build(len(src_vocab), len(tgt_vocab)).eval(), src_vocab, tgt_vocab
 
@@ -79,14 +83,13 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     model, src_vocab, tgt_vocab = load_model(args)
     sentences = [de for de, _ in load_multi30k(args.split, args.data_dir)][: args.limit]
-    ids = [
-        torch.tensor(src_vocab.encode_sentence(t))
-        for t in tokenize_all(sentences, load_tokenizers()[0])
-    ]
+    tok_de = load_tokenizers()[0]
+    ids = [torch.tensor(src_vocab.encode_sentence(t)) for t in tok_de.tokenize(sentences)]
     bos, eos, pad = tgt_vocab.bos, tgt_vocab.eos, tgt_vocab.pad
     n = len(ids)
+    weights = "checkpoint " + args.checkpoint if args.checkpoint else "random weights"
     print(
-        f"{n} sentences of {args.split}; {'checkpoint ' + args.checkpoint if args.checkpoint else 'random weights'}; "
+        f"{n} sentences of {args.split}; {weights}; "
         f"{torch.get_num_threads()} threads; batches of {args.batch}"
     )
 
@@ -127,10 +130,12 @@ def main() -> None:
     for label, out in (("(a) ", out_a), ("(a')", out_a2)):
         same = sum(x == y for x, y in zip(out, out_b))
         print(
-            f"{label} and (b) agree on {same}/{n} outputs (floating-point ties aside, they compute the same search)"
+            f"{label} and (b) agree on {same}/{n} outputs "
+            "(floating-point ties aside, they compute the same search)"
         )
     print(
-        f"mean output length: greedy {sum(map(len, out_b)) / n:.1f} tokens, beam {sum(map(len, out_c)) / n:.1f}"
+        f"mean output length: greedy {sum(map(len, out_b)) / n:.1f} tokens, "
+        f"beam {sum(map(len, out_c)) / n:.1f}"
     )
     for label, seconds in (("(a) ", a), ("(a')", a2), ("(b) ", b), ("(c) ", c)):
         print(f"{label} {n / seconds:10.1f} sentences/s")

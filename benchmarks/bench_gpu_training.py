@@ -1,27 +1,31 @@
-"""Training throughput and model-FLOPs utilization of the paper's base model on one GPU: float32, bfloat16, bfloat16 + compile,
-the fused loss, and the peer a user would write with torch.nn.Transformer.
+"""Training throughput and model-FLOPs utilization of the paper's base model on one GPU: float32,
+bfloat16, bfloat16 + compile, the fused loss, and the peer a user would write with
+torch.nn.Transformer.
 
-The model is `ModelConfig.preset("base")` (N=6, d_model=512, d_ff=2048, h=8) with one shared vocabulary of
-37,000 tokens and tied embeddings, as in §3.4 and §5.1. The batches are synthetic but shaped like WMT's:
-sentence lengths drawn around 25 tokens with a long tail (up to 128), targets about as long as their sources,
-cut by Part 2's `TokenBatchSampler` into batches of about `--max-tokens` padded tokens (25,000 by default,
-the paper's batch); the timed steps are full batches (the one short batch at the end of the length order is
-left out, as it is one in thousands on WMT). Each setting trains its own copy of the model with Part 2's
-`run_epoch` (Adam with the Noam schedule, label smoothing 0.1), and they are timed in alternating rounds (see
-common.py). One extra setting, bfloat16 with Adam updating tensor by tensor (`fused=False`), shows what the
-fused Adam that `noam_optimizer` picks on GPUs saves; "fused loss" settings use `FusedLabelSmoothing` (Part 2).
-The peer is common.py's `TorchTransformer`: `torch.nn.Transformer` with the same sizes and tied embeddings,
-`F.cross_entropy(label_smoothing=0.1)`, the same fused Adam and schedule, gradients clipped the same way; the
-ratio of our fastest setting to the peer's fastest is printed.
+The model is `config.preset("base")` (N=6, d_model=512, d_ff=2048, h=8) with one shared vocabulary
+of 37,000 tokens and tied embeddings, as in §3.4 and §5.1. The batches are synthetic but shaped like
+WMT's: sentence lengths drawn around 25 tokens with a long tail (up to 128), targets about as long
+as their sources, cut by `batching.TokenBatchSampler` into batches of about `--max-tokens` padded
+tokens (25,000 by default, the paper's batch); the timed steps are full batches (the one short batch
+at the end of the length order is left out, as it is one in thousands on WMT). Each setting trains
+its own copy of the model with `training.run_epoch` (Adam with the Noam schedule, label smoothing
+0.1), and they are timed in alternating rounds (see common.py). One extra setting, bfloat16 with
+Adam updating tensor by tensor (`fused=False`), shows what the fused Adam that `noam_optimizer`
+picks on GPUs saves; "fused loss" settings use `losses.FusedLabelSmoothing`. The peer is common.py's
+`TorchTransformer`: `torch.nn.Transformer` with the same sizes and tied embeddings,
+`F.cross_entropy(label_smoothing=0.1)`, the same fused Adam and schedule, gradients clipped the same
+way; the ratio of our fastest setting to the peer's fastest is printed.
 
-Printed: target tokens per second, and MFU = 6 x parameters x target tokens per second / the GPU's peak
-bfloat16 rate (`distributed.bf16_peak_tflops`, or `--peak-tflops`). The same peak divides every
-setting, float32 included, so the float32 figure says how much of the bfloat16 hardware it leaves unused.
+Printed: target tokens per second, and MFU = 6 x parameters x target tokens per second / the GPU's
+peak bfloat16 rate (`distributed.bf16_peak_tflops`, or `--peak-tflops`). The same peak divides every
+setting, float32 included, so the float32 figure says how much of the bfloat16 hardware it leaves
+unused.
 
     python benchmarks/bench_gpu_training.py
-    python benchmarks/bench_gpu_training.py --profile bf16               # where a setting's step spends its GPU time
+    python benchmarks/bench_gpu_training.py --profile bf16    # where a step spends its GPU time
     python benchmarks/bench_gpu_training.py --profile "bf16, fused loss"
-    python benchmarks/bench_gpu_training.py --device cpu --preset tiny --vocab 1000 --max-tokens 2000 --peak-tflops 1 --rounds 1
+    python benchmarks/bench_gpu_training.py --device cpu --preset tiny --vocab 1000 \\
+        --max-tokens 2000 --peak-tflops 1 --rounds 1
 """
 
 from __future__ import annotations
@@ -33,26 +37,23 @@ from dataclasses import replace
 
 import torch
 
+from annotated_transformer.batching import Batch, TokenBatchSampler
+from annotated_transformer.config import preset
 from annotated_transformer.distributed import (
     PRECISIONS,
     bf16_peak_tflops,
     model_flops_utilization,
     wrap_for_training,
 )
-from annotated_transformer.model import ModelConfig, count_parameters
-from annotated_transformer.training import (
-    Batch,
-    FusedLabelSmoothing,
-    LabelSmoothing,
-    TokenBatchSampler,
-    noam_optimizer,
-    run_epoch,
-)
+from annotated_transformer.losses import FusedLabelSmoothing, LabelSmoothing, sequence_loss
+from annotated_transformer.model import count_parameters
+from annotated_transformer.training import noam_optimizer, run_epoch
 from common import PAD, compare, profile_round, torch_transformer_steps
 
 
 def wmt_like_batches(n_sentences: int, max_tokens: int, vocab: int, seed: int = 0) -> list[Batch]:
-    "Length-bucketed batches of random ids with WMT-like sentence lengths (a log-normal around 25 tokens)."
+    """Length-bucketed batches of random ids with WMT-like sentence lengths (a log-normal around 25
+    tokens)."""
     rng = random.Random(seed)
     src_len = [min(128, max(3, round(rng.lognormvariate(3.2, 0.5)))) for _ in range(n_sentences)]
     tgt_len = [min(128, max(3, round(s * rng.uniform(0.8, 1.25)))) for s in src_len]
@@ -78,7 +79,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--preset", default="base", help="model preset (base, big, tiny)")
+    parser.add_argument(
+        "--preset", default="base", help="model size, post-norm (base, big, multi30k, small, tiny)"
+    )
     parser.add_argument(
         "--vocab", type=int, default=37000, help="shared vocabulary size (§5.1: about 37,000)"
     )
@@ -90,7 +93,8 @@ def main() -> None:
     parser.add_argument(
         "--profile",
         metavar="SETTING",
-        help="instead of timing, profile one round of this setting and print the operations by GPU time",
+        help="instead of timing, profile one round of this setting and print the operations by "
+        "GPU time",
     )
     parser.add_argument(
         "--peak-tflops",
@@ -103,14 +107,11 @@ def main() -> None:
     peak = args.peak_tflops or bf16_peak_tflops(torch.cuda.get_device_name(device))
     torch.manual_seed(0)
     base = (
-        replace(ModelConfig.preset(args.preset), share_embeddings=True)
-        .build(args.vocab, args.vocab)
-        .to(device)
+        replace(preset(args.preset), share_embeddings=True).build(args.vocab, args.vocab).to(device)
     )
     n_params = count_parameters(base)
-    batches = wmt_like_batches(
-        4 * args.steps * args.max_tokens // 25, args.max_tokens, args.vocab
-    )  # about 4 batches per timed step
+    # about 4 batches per timed step
+    batches = wmt_like_batches(4 * args.steps * args.max_tokens // 25, args.max_tokens, args.vocab)
     full = [
         b
         for b in batches
@@ -120,13 +121,15 @@ def main() -> None:
     tokens_per_round = sum(b.ntokens for b in steps)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     print(
-        f"{args.preset} model, {n_params / 1e6:.1f}M parameters, on {name} (peak {peak:g} bf16 TFLOP/s); "
+        f"{args.preset} model, {n_params / 1e6:.1f}M parameters, on {name} "
+        f"(peak {peak:g} bf16 TFLOP/s); "
         f"{args.steps} steps of {tokens_per_round / args.steps:,.0f} target tokens a round"
     )
     real = sum(int((b.src != PAD).sum()) + b.ntokens for b in steps)
     positions = sum(b.src.numel() + b.tgt_y.numel() for b in steps)
     print(
-        f"padding: {1 - real / positions:.1%} of the {positions:,} source and target positions a round are padding"
+        f"padding: {1 - real / positions:.1%} of the {positions:,} source and target positions "
+        "a round are padding"
     )
 
     def setting(
@@ -136,31 +139,32 @@ def main() -> None:
         optimizer, scheduler = noam_optimizer(
             model, model.src_embed[0].d_model, 1.0, 4000, fused=fused_adam
         )
-        trained = wrap_for_training(
-            model, device, world=1, compile=compile
-        )  # as train wraps it, alone
-        criterion = (
-            FusedLabelSmoothing(model.generator, PAD, 0.1)
+        # as train wraps it, alone
+        trained = wrap_for_training(model, device, world=1, compile=compile)
+        loss_fn = (
+            sequence_loss(FusedLabelSmoothing(model.generator, PAD, 0.1))
             if fused_loss
-            else LabelSmoothing(args.vocab, PAD, 0.1)
+            else sequence_loss(LabelSmoothing(args.vocab, PAD, 0.1), model.generator)
         )
 
         def run() -> int:
             run_epoch(
                 steps,
                 trained,
-                criterion,
+                loss_fn,
                 optimizer,
                 scheduler,
                 max_grad_norm=1.0,
                 progress=False,
                 autocast_dtype=PRECISIONS[precision],
             )
-            return tokens_per_round  # run_epoch reads the losses back after its last step: the GPU has finished when it returns
+            # run_epoch reads the losses back after its last step:
+            # the GPU has finished when it returns
+            return tokens_per_round
 
         return run
 
-    cfg = ModelConfig.preset(args.preset)
+    cfg = preset(args.preset)
     settings = {
         "fp32": lambda: setting("fp32", False),
         "bf16, Adam tensor by tensor": lambda: setting("bf16", False, fused_adam=False),

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from annotated_transformer.config import PRESETS, preset
 from annotated_transformer.model import (
     Embeddings,
     Generator,
@@ -29,12 +30,6 @@ from annotated_transformer.model import (
     subsequent_mask,
 )
 from common import PAD, compare, make_batches
-
-SIZES = {
-    "multi30k": ModelConfig(N=3, d_model=256, d_ff=1024, h=8),
-    "base": ModelConfig(),
-    "tiny": ModelConfig.preset("tiny"),
-}
 
 
 class TorchTransformer(nn.Module):
@@ -58,9 +53,7 @@ class TorchTransformer(nn.Module):
             batch_first=True,
             norm_first=cfg.norm_first,
         )
-        if (
-            not cfg.norm_first
-        ):  # post-norm: the last layer already ends with a LayerNorm, as in ours
+        if not cfg.norm_first:  # post-norm: the last layer already ends with a LayerNorm, as ours
             self.transformer.encoder.norm = self.transformer.decoder.norm = None
         self.generator = Generator(cfg.d_model, tgt_vocab)
 
@@ -106,7 +99,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--preset", default="multi30k", choices=list(SIZES), help="model sizes")
+    parser.add_argument("--preset", default="multi30k", choices=list(PRESETS), help="model sizes")
     parser.add_argument(
         "--norm-first", action="store_true", help="pre-norm instead of the paper's post-norm"
     )
@@ -117,7 +110,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7, help="timed rounds per model")
     args = parser.parse_args()
 
-    cfg = replace(SIZES[args.preset], norm_first=args.norm_first)
+    cfg = replace(preset(args.preset), norm_first=args.norm_first)
     torch.manual_seed(0)
     ours = cfg.build(args.vocab, args.vocab).train()
     theirs = TorchTransformer(args.vocab, args.vocab, cfg).train()
@@ -129,9 +122,10 @@ def main() -> None:
     opt_ours, opt_theirs = adam(ours), adam(theirs)
     batches = make_batches(args.steps, args.batch, args.max_len, args.vocab)
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; N={cfg.N} d_model={cfg.d_model} d_ff={cfg.d_ff} "
-        f"h={cfg.h} norm_first={cfg.norm_first}; {n_ours / 1e6:.1f}M parameters; {args.steps} steps of "
-        f"{args.batch} sentences <= {args.max_len} tokens per round"
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
+        f"N={cfg.N} d_model={cfg.d_model} d_ff={cfg.d_ff} "
+        f"h={cfg.h} norm_first={cfg.norm_first}; {n_ours / 1e6:.1f}M parameters; "
+        f"{args.steps} steps of {args.batch} sentences <= {args.max_len} tokens per round"
     )
     medians = compare(
         {
@@ -143,9 +137,8 @@ def main() -> None:
         args.rounds,
         "target tokens/s",
     )
-    print(
-        f"ratio ours / torch.nn.Transformer: {medians['ours'] / medians['torch.nn.Transformer']:.2f}x"
-    )
+    ratio = medians["ours"] / medians["torch.nn.Transformer"]
+    print(f"ratio ours / torch.nn.Transformer: {ratio:.2f}x")
 
 
 if __name__ == "__main__":

@@ -1,17 +1,20 @@
-"""Learning and encoding speed of Part 4.1's teaching byte-pair encoding against sentencepiece, on Multi30k.
+"""Learning and encoding speed of Part 4.1's teaching byte-pair encoding against sentencepiece, on
+Multi30k.
 
-Both get the same data and the same number of merges: the first `--pairs` Multi30k training pairs, German and
-English together, words split at whitespace as the raw files have them. The teaching `learn_bpe` counts every pair
-afresh after each merge, which would take tens of minutes on the whole corpus (58,000 sentences, 8,000 merges),
-so both learn from that subset. Sentencepiece's `vocab_size` is set so that its model holds exactly `--merges`
-merged pieces besides its characters, its 256 byte pieces and the four special tokens (checked). subword-nmt, the reference
-implementation (it updates only the pair counts a merge changes), is timed beside them.
+Both get the same data and the same number of merges: the first `--pairs` Multi30k training pairs,
+German and English together, words split at whitespace as the raw files have them. The teaching
+`learn_bpe` counts every pair afresh after each merge, which would take tens of minutes on the whole
+corpus (58,000 sentences, 8,000 merges), so both learn from that subset. Sentencepiece's
+`vocab_size` is set so that its model holds exactly `--merges` merged pieces besides its characters,
+its 256 byte pieces and the four special tokens (checked). subword-nmt, the reference implementation
+(it updates only the pair counts a merge changes), is timed beside them.
 
-Encoding: every sentence of the subset, its words segmented one by one with `apply_bpe` (no cache), against
-`SubwordTokenizer.tokenize` on the raw sentences and subword-nmt's `BPE.segment` (which caches each word within a
-run; a fresh `BPE` every run). Rounds alternate; the medians and their ratios are printed.
+Encoding: every sentence of the subset, its words segmented one by one with `apply_bpe` (no cache),
+against `SubwordTokenizer.tokenize` on the raw sentences and subword-nmt's `BPE.segment` (which
+caches each word within a run; a fresh `BPE` every run). Rounds alternate; the medians and their
+ratios are printed.
 
-    python benchmarks/bench_subwords.py    # reads Multi30k from $MULTI30K_DIR, else the download cache
+    python benchmarks/bench_subwords.py    # Multi30k from $MULTI30K_DIR, else the download cache
 """
 
 from __future__ import annotations
@@ -45,13 +48,12 @@ def subword_nmt_codes(texts: list[str], merges: int) -> str:
 
 
 def sentencepiece_with_merges(texts: list[str], merges: int) -> Callable[[], SubwordTokenizer]:
-    "A trainer of the sentencepiece model with exactly `merges` merged pieces: vocab_size = merges + characters + 256 + 4."
-    characters = set("".join(texts).replace(" ", SPACE_MARK)) | {
-        SPACE_MARK
-    }  # ▁ is a character to sentencepiece
-    vocab_size = (
-        merges + len(characters) + 256 + len(SPECIALS)
-    )  # + byte pieces + <s>, </s>, <blank>, <unk>
+    """A trainer of the sentencepiece model with exactly `merges` merged pieces:
+    vocab_size = merges + characters + 256 + 4."""
+    # ▁ is a character to sentencepiece
+    characters = set("".join(texts).replace(" ", SPACE_MARK)) | {SPACE_MARK}
+    # + byte pieces + <s>, </s>, <blank>, <unk>
+    vocab_size = merges + len(characters) + 256 + len(SPECIALS)
     tokenizer = SubwordTokenizer.train(texts, vocab_size)
     p = tokenizer.processor
     merged = [
@@ -61,7 +63,8 @@ def sentencepiece_with_merges(texts: list[str], merges: int) -> Callable[[], Sub
     ]
     if len(merged) != merges:
         raise SystemExit(
-            f"sentencepiece's model has {len(merged)} merged pieces, not {merges}: the comparison would be unfair"
+            f"sentencepiece's model has {len(merged)} merged pieces, not {merges}: "
+            "the comparison would be unfair"
         )
     return lambda: SubwordTokenizer.train(texts, vocab_size)
 
@@ -82,8 +85,8 @@ def main() -> None:
     texts = [text for pair in load_multi30k("train")[: args.pairs] for text in pair]
     counts = word_counts(texts)
     print(
-        f"{len(texts):,} sentences ({len(counts):,} distinct words), {args.merges:,} merges; one thread of Python "
-        f"for the teaching version and subword-nmt"
+        f"{len(texts):,} sentences ({len(counts):,} distinct words), {args.merges:,} merges; "
+        f"one thread of Python for the teaching version and subword-nmt"
     )
 
     train_sentencepiece = sentencepiece_with_merges(texts, args.merges)
@@ -112,9 +115,8 @@ def main() -> None:
     ranks, tokenizer = merge_ranks(teaching_merges), train_sentencepiece()
 
     def segment_subword_nmt() -> int:
-        bpe = BPE(
-            io.StringIO(codes)
-        )  # a fresh one: its word cache must not carry over from the last round
+        # a fresh one: its word cache must not carry over from the last round
+        bpe = BPE(io.StringIO(codes))
         return len([bpe.segment(text) for text in texts])
 
     print("\n== encoding (sentences per second)")
@@ -137,8 +139,10 @@ def main() -> None:
     ):
         teaching, reference, sentencepiece = rates.values()
         print(
-            f"{what}: teaching {work / teaching:.3f} {unit}, subword-nmt {work / reference:.3f} {unit}, "
-            f"sentencepiece {work / sentencepiece:.3f} {unit}; sentencepiece is {sentencepiece / teaching:,.0f}x the "
+            f"{what}: teaching {work / teaching:.3f} {unit}, "
+            f"subword-nmt {work / reference:.3f} {unit}, "
+            f"sentencepiece {work / sentencepiece:.3f} {unit}; "
+            f"sentencepiece is {sentencepiece / teaching:,.0f}x the "
             f"teaching version and {sentencepiece / reference:,.0f}x subword-nmt"
         )
 

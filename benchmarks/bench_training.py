@@ -1,21 +1,27 @@
-"""Training throughput on the CPU: our step, with and without the fused loss, against the earlier notebook's
-step and against the peer a user would write with torch.nn.Transformer.
+"""Training throughput on the CPU: our step, with and without the fused loss, against the earlier
+notebook's step and against the peer a user would write with torch.nn.Transformer.
 
-- ours: `run_epoch` with `Generator` + `LabelSmoothing` (closed form, no target distribution built) and the
-  fused attention kernel (`F.scaled_dot_product_attention`); losses read back every 50 batches.
-- ours, loss read every batch: the same, but the losses read back after every batch (`read_every=1`), as
-  the loop did before; on a CPU there is no queue of work to wait for, so this should cost nothing here.
-- ours, fused loss: the same with `FusedLabelSmoothing`: the loss and its gradients from the decoder's outputs,
-  chunk by chunk, never the (tokens, V) float32 log-probabilities and their gradient at once.
-- straightforward: the earlier notebook's step: the KL divergence to a materialized smoothed distribution
-  (`smoothed_targets`) and every attention layer on the readable path (`attention()`, weights materialized).
-- nn.Transformer: `torch.nn.Transformer` with the same sizes + `F.cross_entropy(label_smoothing=0.1)`
-  (common.py's `TorchTransformer`).
-Same sizes, batches and optimizer settings (ours and the straightforward step share initial weights; the peer
-has its own); rounds alternate. Prints the median target tokens per second of each and the ratios.
+- ours: `run_epoch` with `Generator` + `LabelSmoothing` (closed form, no target distribution built)
+  and the fused attention kernel (`F.scaled_dot_product_attention`); losses read back every 50
+  batches.
+- ours, loss read every batch: the same, but the losses read back after every batch
+  (`read_every=1`), as the loop did before; on a CPU there is no queue of work to wait for, so this
+  should cost nothing here.
+- ours, fused loss: the same with `FusedLabelSmoothing`: the loss and its gradients from the
+  decoder's outputs, chunk by chunk, never the (tokens, V) float32 log-probabilities and their
+  gradient at once.
+- straightforward: the earlier notebook's step: the KL divergence to a materialized smoothed
+  distribution (`smoothed_targets`) and every attention layer on the readable path (`attention()`,
+  weights materialized).
+- nn.Transformer: `torch.nn.Transformer` with the same sizes +
+  `F.cross_entropy(label_smoothing=0.1)` (common.py's `TorchTransformer`).
+Same sizes, batches and optimizer settings (ours and the straightforward step share initial weights;
+the peer has its own); rounds alternate. Prints the median target tokens per second of each and the
+ratios.
 
     python benchmarks/bench_training.py
-    python benchmarks/bench_training.py --profile ours   # or "ours, fused loss": where one round's CPU time goes
+    python benchmarks/bench_training.py --profile ours    # where one round's CPU time goes
+    python benchmarks/bench_training.py --profile "ours, fused loss"
 """
 
 from __future__ import annotations
@@ -29,15 +35,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from annotated_transformer.model import ModelConfig, MultiHeadedAttention
-from annotated_transformer.training import (
-    Batch,
+from annotated_transformer.batching import Batch
+from annotated_transformer.losses import (
     FusedLabelSmoothing,
     LabelSmoothing,
-    noam_optimizer,
-    run_epoch,
+    LossFn,
+    sequence_loss,
     smoothed_targets,
 )
+from annotated_transformer.model import ModelConfig, MultiHeadedAttention
+from annotated_transformer.training import noam_optimizer, run_epoch
 from common import PAD, compare, make_batches, profile_round, torch_transformer_steps
 
 
@@ -49,9 +56,8 @@ class MaterializedLabelSmoothing(nn.Module):
         self.size, self.padding_idx, self.smoothing = size, padding_idx, smoothing
 
     def forward(self, x: Tensor, target: Tensor) -> Tensor:
-        q = smoothed_targets(target, self.size, self.padding_idx, self.smoothing).to(
-            x.device
-        )  # (N, V)
+        q = smoothed_targets(target, self.size, self.padding_idx, self.smoothing)  # (N, V)
+        q = q.to(x.device)
         return F.kl_div(x, q, reduction="sum")
 
 
@@ -86,35 +92,38 @@ def main() -> None:
         for src, tgt in make_batches(args.steps, args.batch, args.max_len, args.vocab)
     ]
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; N={cfg.N} d_model={cfg.d_model}, vocabulary "
-        f"{args.vocab}; {args.steps} steps of {args.batch} sentences <= {args.max_len} tokens per round"
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
+        f"N={cfg.N} d_model={cfg.d_model}, vocabulary {args.vocab}; "
+        f"{args.steps} steps of {args.batch} sentences <= {args.max_len} tokens per round"
     )
 
-    def trainer(model: nn.Module, criterion: nn.Module, read_every: int = 50) -> Callable[[], int]:
+    def trainer(model: nn.Module, loss_fn: LossFn, read_every: int = 50) -> Callable[[], int]:
         "One round: a training step on every batch; returns the target tokens trained on."
         optimizer, scheduler = noam_optimizer(model, cfg.d_model, warmup=4000)
 
         def run() -> int:
             run_epoch(
-                batches,
-                model,
-                criterion,
-                optimizer,
-                scheduler,
-                progress=False,
-                read_every=read_every,
+                batches, model, loss_fn, optimizer, scheduler, progress=False, read_every=read_every
             )
             return sum(b.ntokens for b in batches)
 
         return run
 
+    def readable(model: nn.Module, criterion: nn.Module) -> LossFn:
+        "The loss of `criterion` on `model`'s log-probabilities."
+        return sequence_loss(criterion, model.generator)
+
     variants = {
-        "ours": lambda: trainer(ours, LabelSmoothing(args.vocab, PAD, 0.1)),
+        "ours": lambda: trainer(ours, readable(ours, LabelSmoothing(args.vocab, PAD, 0.1))),
         "ours, loss read every batch": lambda: trainer(
-            every, LabelSmoothing(args.vocab, PAD, 0.1), read_every=1
+            every, readable(every, LabelSmoothing(args.vocab, PAD, 0.1)), read_every=1
         ),
-        "ours, fused loss": lambda: trainer(fused, FusedLabelSmoothing(fused.generator, PAD, 0.1)),
-        "straightforward": lambda: trainer(plain, MaterializedLabelSmoothing(args.vocab, PAD, 0.1)),
+        "ours, fused loss": lambda: trainer(
+            fused, sequence_loss(FusedLabelSmoothing(fused.generator, PAD, 0.1))
+        ),
+        "straightforward": lambda: trainer(
+            plain, readable(plain, MaterializedLabelSmoothing(args.vocab, PAD, 0.1))
+        ),
         "nn.Transformer": lambda: torch_transformer_steps(cfg, args.vocab, batches),
     }
     if args.profile:
@@ -125,8 +134,9 @@ def main() -> None:
     rates = compare(
         {name: make() for name, make in variants.items()}, args.rounds, "target tokens/s"
     )
+    every_batch = rates["ours"] / rates["ours, loss read every batch"]
     print(
-        f"ours / ours, loss read every batch: {rates['ours'] / rates['ours, loss read every batch']:.2f}x; "
+        f"ours / ours, loss read every batch: {every_batch:.2f}x; "
         f"ours, fused loss / ours: {rates['ours, fused loss'] / rates['ours']:.2f}x"
     )
     for name in ("ours", "ours, fused loss"):

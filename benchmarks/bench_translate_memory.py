@@ -1,16 +1,19 @@
-"""Peak memory of `annotated-transformer translate` on a long standard input against a short one: streaming keeps it flat.
+"""Peak memory of `annotated-transformer translate` on a long standard input against a short one:
+streaming keeps it flat.
 
-The command reads standard input in chunks of --buffer-size lines and prints each chunk's translations before it
-reads the next, so its peak resident memory should not depend on how many lines come through the pipe. This script
-pipes `--lines` short German sentences (the synthetic pairs' source side, cycled) into one fresh command and
-`--baseline-lines` into another, greedy search, and reads each child's peak resident set size from the kernel
-(`os.wait4`'s `ru_maxrss`), alternating the order every round. It prints both peaks, their ratio (flat memory: near
-1), and the lines per second. As a control, the long input also goes through with `--buffer-size` as large as the
-input: one chunk, as if the command read all of standard input first, holding every line, its tokens and its
-translation at once; that peak shows what the measurement sees when memory does grow with the input.
+The command reads standard input in chunks of --buffer-size lines and prints each chunk's
+translations before it reads the next, so its peak resident memory should not depend on how many
+lines come through the pipe. This script pipes `--lines` short German sentences (the synthetic
+pairs' source side, cycled) into one fresh command and `--baseline-lines` into another, greedy
+search, and reads each child's peak resident set size from the kernel (`os.wait4`'s `ru_maxrss`),
+alternating the order every round. It prints both peaks, their ratio (flat memory: near 1), and the
+lines per second. As a control, the long input also goes through with `--buffer-size` as large as
+the input: one chunk, as if the command read all of standard input first, holding every line, its
+tokens and its translation at once; that peak shows what the measurement sees when memory does grow
+with the input.
 
-Without --checkpoint it first trains one (the tiny preset, a few epochs of the synthetic pairs, so that the model
-learns to stop; about a minute on a 2-core CPU).
+Without --checkpoint it first trains one (the tiny preset, a few epochs of the synthetic pairs, so
+that the model learns to stop; about a minute on a 2-core CPU).
 
     python benchmarks/bench_translate_memory.py                      # 100,000 lines against 1,000
     python benchmarks/bench_translate_memory.py --checkpoint runs/multi30k/last.pt --lines 20000
@@ -39,9 +42,8 @@ def train_checkpoint(folder: Path, epochs: int) -> Path:
     write_split(folder, "train", pairs[:176])
     write_split(folder, "val", pairs[176:])
     out = folder / "run"
-    with (
-        warnings.catch_warnings()
-    ):  # made-up data on purpose: no warning that it differs from the published Multi30k
+    # made-up data on purpose: no warning that it differs from the published Multi30k
+    with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Multi30k file differs from the published one")
         status = cli(
             [
@@ -69,7 +71,8 @@ def train_checkpoint(folder: Path, epochs: int) -> Path:
 
 
 def peak_rss(checkpoint: Path, lines: int, buffer_size: int) -> tuple[int, float]:
-    "Pipe `lines` sentences through a fresh `translate`; return its peak resident set size (KiB) and its lines per second."
+    """Pipe `lines` sentences through a fresh `translate`; return its peak resident set size (KiB)
+    and its lines per second."""
     sentences = [de for de, _ in synthetic_pairs()]
     command = [
         sys.executable,
@@ -91,9 +94,8 @@ def peak_rss(checkpoint: Path, lines: int, buffer_size: int) -> tuple[int, float
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
 
-    def feed() -> (
-        None
-    ):  # a line at a time, from a thread: the child reads while we write, as in a shell pipeline
+    # a line at a time, from a thread: the child reads while we write, as in a shell pipeline
+    def feed() -> None:
         for i in range(lines):
             child.stdin.write(f"{sentences[i % len(sentences)]}\n".encode())
         child.stdin.close()
@@ -102,14 +104,14 @@ def peak_rss(checkpoint: Path, lines: int, buffer_size: int) -> tuple[int, float
     writer.start()
     printed = sum(1 for _ in child.stdout)
     writer.join()
-    _, status, usage = os.wait4(
-        child.pid, 0
-    )  # this child's own peak, not the largest of all children so far
+    # this child's own peak, not the largest of all children so far
+    _, status, usage = os.wait4(child.pid, 0)
     child.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - start
     if child.returncode != 0 or printed != lines:
         sys.exit(
-            f"bench_translate_memory.py: translate exited with status {child.returncode}, {printed} lines for {lines}"
+            f"bench_translate_memory.py: translate exited with status {child.returncode}, "
+            f"{printed} lines for {lines}"
         )
     return usage.ru_maxrss, lines / seconds  # ru_maxrss: KiB on Linux
 
@@ -159,18 +161,21 @@ def main() -> None:
                 peak, rate = peak_rss(checkpoint, lines, buffer_size)
                 peaks[name].append(peak)
                 print(
-                    f"round {r + 1}/{args.rounds}: {lines:>9,} lines, --buffer-size {buffer_size:>9,}: peak RSS {peak / 1024:7.1f} MiB, "
+                    f"round {r + 1}/{args.rounds}: {lines:>9,} lines, "
+                    f"--buffer-size {buffer_size:>9,}: peak RSS {peak / 1024:7.1f} MiB, "
                     f"{rate:7,.0f} lines/s",
                     flush=True,
                 )
     peak = {name: statistics.median(values) for name, values in peaks.items()}
     print(
-        f"peak RSS, {args.baseline_lines:,} lines: {peak['short'] / 1024:.1f} MiB; {args.lines:,} lines: {peak['long'] / 1024:.1f} MiB; "
+        f"peak RSS, {args.baseline_lines:,} lines: {peak['short'] / 1024:.1f} MiB; "
+        f"{args.lines:,} lines: {peak['long'] / 1024:.1f} MiB; "
         f"ratio {peak['long'] / peak['short']:.3f} (--buffer-size {args.buffer_size}, greedy)"
     )
     if "control" in peak:
         print(
-            f"control, {args.lines:,} lines in one chunk: {peak['control'] / 1024:.1f} MiB; ratio {peak['control'] / peak['short']:.3f}"
+            f"control, {args.lines:,} lines in one chunk: {peak['control'] / 1024:.1f} MiB; "
+            f"ratio {peak['control'] / peak['short']:.3f}"
         )
 
 

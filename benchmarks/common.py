@@ -1,4 +1,5 @@
-"""Shared pieces of the benchmarks: synthetic batches, side-by-side timing, and the peer a user would write with torch.nn.Transformer."""
+"""Shared pieces of the benchmarks: synthetic batches, side-by-side timing, and the peer a user
+would write with torch.nn.Transformer."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.profiler import ProfilerActivity, profile
 
+from annotated_transformer.batching import Batch
 from annotated_transformer.model import ModelConfig, PositionalEncoding
-from annotated_transformer.training import Batch, noam_optimizer
+from annotated_transformer.training import noam_optimizer
 
 PAD = 0
 
@@ -20,7 +22,8 @@ PAD = 0
 def make_batches(
     n: int, batch: int, max_len: int, vocab: int, seed: int = 0
 ) -> list[tuple[Tensor, Tensor]]:
-    "n pairs of (src, tgt) id batches (B, max_len), lengths uniform in [max_len/2, max_len], right-padded with PAD."
+    """n pairs of (src, tgt) id batches (B, max_len), lengths uniform in [max_len/2, max_len],
+    right-padded with PAD."""
     g = torch.Generator().manual_seed(seed)
 
     def padded() -> Tensor:
@@ -33,7 +36,8 @@ def make_batches(
 
 def compare(runs: dict[str, Callable[[], int]], rounds: int, label: str) -> dict[str, float]:
     """Time each run (a callable returning the tokens it processed) `rounds` times, alternating the
-    order every round so that neither always goes first; print and return the median tokens per second."""
+    order every round so that neither always goes first; print and return the median tokens per
+    second."""
     for run in runs.values():  # warm-up: allocator, kernels, optimizer state
         run()
     rates: dict[str, list[float]] = {name: [] for name in runs}
@@ -53,9 +57,10 @@ def compare(runs: dict[str, Callable[[], int]], rounds: int, label: str) -> dict
 
 
 class TorchTransformer(nn.Module):
-    """The paper's model as a user would assemble it from PyTorch's own modules: `nn.Transformer` with the same
-    sizes, one embedding table per language (or one shared, tied to the output layer) scaled by sqrt(d_model),
-    and our sinusoidal `PositionalEncoding`. PyTorch's masks are the opposite of ours: True means "masked out"."""
+    """The paper's model as a user would assemble it from PyTorch's own modules: `nn.Transformer`
+    with the same sizes, one embedding table per language (or one shared, tied to the output layer)
+    scaled by sqrt(d_model), and our sinusoidal `PositionalEncoding`. PyTorch's masks are the
+    opposite of ours: True means "masked out"."""
 
     def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, tied: bool = False):
         super().__init__()
@@ -103,9 +108,10 @@ def torch_transformer_steps(
     autocast_dtype: torch.dtype | None = None,
     compile: bool = False,
 ) -> Callable[[], int]:
-    """A round of training steps of the peer, one per batch: F.cross_entropy with label_smoothing=0.1 (PyTorch's
-    convention spreads the smoothing over all V classes, padding included; ours over V - 2), the same Adam and
-    schedule, no host synchronisation. Returns a callable that runs the round and returns its target tokens."""
+    """A round of training steps of the peer, one per batch: F.cross_entropy with
+    label_smoothing=0.1 (PyTorch's convention spreads the smoothing over all V classes, padding
+    included; ours over V - 2), the same Adam and schedule, no host synchronisation. Returns a
+    callable that runs the round and returns its target tokens."""
     device = batches[0].src.device
     model = TorchTransformer(cfg, vocab, vocab, tied).to(device)
     optimizer, scheduler = noam_optimizer(model, cfg.d_model, 1.0, 4000)

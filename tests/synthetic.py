@@ -1,54 +1,41 @@
-"""Synthetic German-English sentence pairs for the tests, and Multi30k-named .gz files of them.
+"""The synthetic corpora of the tests, and files of them.
 
-`synthetic_pairs` (a fixed set of 192, which the notebooks use too) and `write_split` come from
-`annotated_transformer._chapters`; `sampled_pairs` draws any number of pairs of more varied length.
+The German-English ones live in `annotated_transformer._chapters`, which the notebooks use too:
+`synthetic_pairs` (a fixed set of 192 pairs), `sampled_pairs` (any number of pairs of more varied
+length) and `write_split` (Multi30k-named .gz files). `made_up_pairs` makes parallel text in two
+made-up languages, for runs on your own files; `write_lines` writes any lines, plain or gzipped.
 """
 
 from __future__ import annotations
 
+import gzip
 import random
+from pathlib import Path
 
-from annotated_transformer._chapters import synthetic_pairs, write_split
+from annotated_transformer._chapters import sampled_pairs, synthetic_pairs, write_split
 
-__all__ = ["sampled_pairs", "synthetic_pairs", "write_split"]
+__all__ = ["made_up_pairs", "sampled_pairs", "synthetic_pairs", "write_lines", "write_split"]
 
-SUBJECTS = [
-    ("Ein Mann", "A man"),
-    ("Eine Frau", "A woman"),
-    ("Ein Kind", "A child"),
-    ("Ein Hund", "A dog"),
-    ("Zwei Männer", "Two men"),
-    ("Drei Mädchen", "Three girls"),
-    ("Ein alter Mann", "An old man"),
-]
-VERBS = [
-    ("fährt", "rides"),
-    ("sieht", "sees"),
-    ("trägt", "carries"),
-    ("sucht", "looks for"),
-    ("malt", "paints"),
-]
-OBJECTS = [
-    ("ein Fahrrad", "a bike"),
-    ("einen Ball", "a ball"),
-    ("ein rotes Auto", "a red car"),
-    ("eine große Tasche", "a big bag"),
-    ("einen kleinen Hut", "a small hat"),
-]
-PLACES = [
-    ("", ""),
-    (" im Park", " in the park"),
-    (" am Strand", " on the beach"),
-    (" auf der Straße vor dem alten Haus", " on the street in front of the old house"),
-]
+SYLLABLES = ["ka", "lo", "mi", "zu", "ré", "tan", "vø", "shi", "por", "el"]
 
 
-def sampled_pairs(n: int, seed: int = 0) -> list[tuple[str, str]]:
-    "n distinct (German, English) sentence pairs of 5 to 16 words, drawn from 700 and deterministic in `seed`."
-    combos = [(s, v, o, p) for s in SUBJECTS for v in VERBS for o in OBJECTS for p in PLACES]
-    if not 0 <= n <= len(combos):
-        raise ValueError(f"n={n}: there are {len(combos)} distinct pairs to draw from")
-    return [
-        (f"{s[0]} {v[0]} {o[0]}{p[0]}.", f"{s[1]} {v[1]} {o[1]}{p[1]}.")
-        for s, v, o, p in random.Random(seed).sample(combos, n)
-    ]
+def made_up_pairs(n: int, seed: int = 0) -> list[tuple[str, str]]:
+    "Sentences of a made-up language and their translations: each word its own, in reverse order."
+    rng = random.Random(seed)
+    words = sorted({"".join(rng.sample(SYLLABLES, 2)) for _ in range(60)})
+    # a second spelling system, with a non-ASCII letter
+    other = {w: w[::-1].upper()[:3] + "ß" + w[:1] for w in words}
+    pairs = []
+    for _ in range(n):
+        sentence = rng.sample(words, rng.randint(3, 7))
+        pairs.append(
+            (" ".join(sentence) + ".", " ".join(other[w] for w in reversed(sentence)) + " !")
+        )
+    return pairs
+
+
+def write_lines(path: Path, lines: list[str], gzipped: bool = False) -> Path:
+    "Write `lines`, one a line, to `path` (gzipped if asked); return the path."
+    data = "".join(line + "\n" for line in lines).encode()
+    path.write_bytes(gzip.compress(data) if gzipped else data)
+    return path

@@ -1,24 +1,30 @@
-"""The rendered book, in a real browser: headless Chromium (Debian's) opens it from local files, with the network cut.
+"""The rendered book, in a real browser: headless Chromium (Debian's) opens it from local files,
+with the network cut.
 
 What is checked, on the rendered pages:
-1. Nothing is loaded from the network: every request that is not a local file is recorded and refused, and there are none.
-2. Every chapter is reachable: the "next" links lead from index.html through every notebook in reading order; every
-   page's sidebar links every page, and its table of contents links resolve to headings of the page.
-3. Math is typeset: no `$...$` is left in the prose of any page, KaTeX reports no error, and Part 1 shows one typeset
-   formula for each formula in its notebook's Markdown.
-4. The page reads as a book: no nbdev directive (`#|`) and no execution counter is visible, each chapter's import
-   cells are folded, each chapter links itself in Colab, and the print stylesheet drops the navigation.
-5. Every image (plots, heatmaps) is present and loaded, each page has at least the images its committed notebook has,
-   the attention chapter shows its heatmaps, and no output cell shows a Python error.
-6. The interactive attention view responds: choosing a sentence, kind, layer and head and pointing at a token shows
-   weights equal (to the two decimals shown) to the model's own, recomputed here: on the rendered Part 7 from the
-   model it was rendered with, and on a view made here from a small random model.
-Screenshots of the index, of Part 1 at "3.2.2 Multi-Head Attention", of the heatmaps and of the interactive view go to
-test-artifacts/.
+1. Nothing is loaded from the network: every request that is not a local file is recorded and
+   refused, and there are none.
+2. Every chapter is reachable: the "next" links lead from index.html through every notebook in
+   reading order; every page's sidebar links every page, and its table of contents links resolve to
+   headings of the page.
+3. Math is typeset: no `$...$` is left in the prose of any page, KaTeX reports no error, and Part 1
+   shows one typeset formula for each formula in its notebook's Markdown.
+4. The page reads as a book: no nbdev directive (`#|`) and no execution counter is visible, each
+   chapter's import cells are folded, each chapter links itself in Colab, and the print stylesheet
+   drops the navigation.
+5. Every image (plots, heatmaps) is present and loaded, each page has at least the images its
+   committed notebook has, the attention chapter shows its heatmaps, and no output cell shows a
+   Python error.
+6. The interactive attention view responds: choosing a sentence, kind, layer and head and pointing
+   at a token shows weights equal (to the two decimals shown) to the model's own, recomputed here:
+   on the rendered attention chapter from the model it was rendered with, and on a view made here
+   from a small random model. Screenshots of the index, of Part 1 at "3.2.2 Multi-Head Attention",
+   of the heatmaps and of the interactive view go to test-artifacts/.
 
-The book comes from tools/render.py (the main job). tools/test.sh renders it into test-artifacts/tutorial and names
-the folder in $TUTORIAL_DIR; without it, this module renders the book itself, which runs every notebook (minutes).
-Where Chromium or Playwright is missing the tests are skipped, unless $REQUIRE_BROWSER is set (.ci/run sets it).
+The book comes from tools/render.py (the main job). tools/test.sh renders it into
+test-artifacts/tutorial and names the folder in $TUTORIAL_DIR; without it, this module renders the
+book itself, which runs every notebook (minutes). Where Chromium or Playwright is missing the tests
+are skipped, unless $REQUIRE_BROWSER is set (.ci/run sets it).
 """
 
 from __future__ import annotations
@@ -35,8 +41,9 @@ import nbformat
 import pytest
 import torch
 
-from annotated_transformer.model import ModelConfig
-from annotated_transformer.visualization import AttentionMaps, AttentionView, attention_weights
+from annotated_transformer.model import ModelConfig, attention_weights
+from annotated_transformer.translation import AttentionMaps
+from annotated_transformer.visualization import AttentionView
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -115,7 +122,8 @@ def remote_requests() -> list[str]:
 
 @pytest.fixture
 def page(browser, remote_requests: list[str]):
-    "A page on which every request that is not for a local file is recorded and refused; the test fails if there was one."
+    """A page on which every request that is not for a local file is recorded and refused; the test
+    fails if there was one."""
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.route(
         lambda url: not url.startswith(("file:", "data:", "about:")),
@@ -177,7 +185,8 @@ PROSE_TEXT = """() => {  // the text of the Markdown cells, outside code and typ
   const parts = [];
   while (walker.nextNode()) {
     const parent = walker.currentNode.parentElement;
-    if (parent.closest(".jp-MarkdownCell") && !parent.closest("code, pre, .katex")) parts.push(walker.currentNode.textContent);
+    if (parent.closest(".jp-MarkdownCell") && !parent.closest("code, pre, .katex"))
+      parts.push(walker.currentNode.textContent);
   }
   return parts.join("");
 }"""
@@ -229,7 +238,8 @@ def test_images_are_loaded_and_no_output_shows_an_error(tutorial: Path, page) ->
         open_page(page, tutorial, name)
         images = page.eval_on_selector_all(
             "main img",
-            "imgs => imgs.map(i => ({loaded: i.complete && i.naturalWidth > 0, src: i.src.slice(0, 40)}))",
+            "imgs => imgs.map(i => "
+            "({loaded: i.complete && i.naturalWidth > 0, src: i.src.slice(0, 40)}))",
         )
         assert all(image["loaded"] for image in images), f"{name}: an image did not load: {images}"
         assert len(images) >= committed_images(nb), (
@@ -237,7 +247,8 @@ def test_images_are_loaded_and_no_output_shows_an_error(tutorial: Path, page) ->
         )
         errors = page.eval_on_selector_all(
             ".jp-OutputArea-output",
-            "outs => outs.filter(o => o.innerText.includes('Traceback (most recent call last)')).length",
+            "outs => outs.filter(o => "
+            "o.innerText.includes('Traceback (most recent call last)')).length",
         )
         assert errors == 0, f"{name}: {errors} output cells show a Python error"
     ARTIFACTS.mkdir(exist_ok=True)
@@ -264,14 +275,16 @@ def shown(view, column: str) -> list[tuple[str, str]]:
     return [
         tuple(pair)
         for pair in view.locator(f".av-{column} .av-token").evaluate_all(
-            "tokens => tokens.map(t => [t.querySelector('.av-text').textContent, t.querySelector('.av-weight').textContent])"
+            "tokens => tokens.map(t => [t.querySelector('.av-text').textContent, "
+            "t.querySelector('.av-weight').textContent])"
         )
     ]
 
 
 def check_view(view, expected) -> list[list[str]]:
-    """Choose sentences, kinds, layers and heads; point at a query and at a key; compare what is shown with
-    expected(sentence, kind, rows, cols) -> (N, h, Q, K) weights. Returns the weights shown, one list a choice."""
+    """Choose sentences, kinds, layers and heads; point at a query and at a key; compare what is
+    shown with expected(sentence, kind, rows, cols) -> (N, h, Q, K) weights. Returns the weights
+    shown, one list a choice."""
     sentences = view.locator(".av-sentence option").count()
     layers, heads = (
         view.locator(".av-layer option").count(),
@@ -329,7 +342,8 @@ def test_the_interactive_view_of_a_random_model_shows_its_weights(page, tmp_path
         for src, tgt in sentences
     ]
     (tmp_path / "view.html").write_text(
-        f"<html><body>{maps[0].to_html()}<hr>{AttentionView(maps).to_html()}</body></html>"
+        f"<html><body>{AttentionView(maps[:1]).to_html()}<hr>{AttentionView(maps).to_html()}"
+        "</body></html>"
     )
     page.goto((tmp_path / "view.html").as_uri())
     assert page.locator(".attention-view").count() == 2  # two views on one page work independently
@@ -345,10 +359,11 @@ def test_the_rendered_interactive_view_shows_the_trained_models_weights(
     tutorial: Path, page
 ) -> None:
     from annotated_transformer._chapters import chapter_run
-    from annotated_transformer.checkpoint import load_checkpoint, model_from_checkpoint
+    from annotated_transformer.checkpoint import load_checkpoint
 
-    run_dir, _ = chapter_run()  # the run Part 7 was rendered with
-    model, src_vocab, tgt_vocab = model_from_checkpoint(load_checkpoint(run_dir / "last.pt"))
+    run_dir, _ = chapter_run()  # the run the attention chapter was rendered with
+    ckpt = load_checkpoint(run_dir / "last.pt")
+    model, src_vocab, tgt_vocab = ckpt.build_model(), ckpt.src_vocab, ckpt.tgt_vocab
 
     def expected(sentence: int, kind: str, rows: list[str], cols: list[str]) -> torch.Tensor:
         tokens = {
@@ -369,7 +384,7 @@ def test_the_rendered_interactive_view_shows_the_trained_models_weights(
         tgt = torch.tensor([[tgt_vocab.stoi[t] for t in tgt_tokens]])
         return attention_weights(model, src, tgt, src_vocab.pad)[kind]
 
-    open_page(page, tutorial, "07_visualization.html")
+    open_page(page, tutorial, "08_attention.html")
     view = page.locator(".attention-view").last
     view.scroll_into_view_if_needed()
     assert view.locator(".av-sentence option").count() >= 3

@@ -1,15 +1,19 @@
-"""Tests for the console command `annotated-transformer` (annotated_transformer/cli.py): its checks and its exit statuses.
+"""The console command `annotated-transformer` (annotated_transformer/cli.py): its arguments, its
+checks and its exit statuses. What each command does is tested in test_cli_train.py (train) and
+test_cli_translate.py (translate, evaluate); a --config file's errors in test_config.py.
 
-A usage error (a bad flag value, a wrong combination) exits with status 2, a failure the library reports
-(a missing or corrupt file, input it cannot use) with status 1; either way with one line on standard
-error, `annotated-transformer COMMAND: error: ...`, and no traceback. Checks that need no model come
-before the model is loaded, and checks that need it before anything is translated.
+A usage error (a bad flag value, a wrong combination) exits with status 2, a failure the library
+reports (a missing or corrupt file, input it cannot use) with status 1; either way with one line on
+standard error, `annotated-transformer COMMAND: error: ...`, and no traceback. Checks that need no
+model come before the model is loaded, and checks that need it before anything is translated.
 
 1. Flags checked while parsing: every number, --device.
-2. Checks after parsing, before any work: wrong combinations, empty input, --layer against the model.
-3. Failures: checkpoints, data, output folders, sentences the model cannot read, non-UTF-8 standard input.
+2. Checks after parsing, before any work: wrong combinations, empty input, --layer against the
+   model, the flags of your own files and of evaluate, the output folder.
+3. Failures: checkpoints, data, output folders, sentences the model cannot read, non-UTF-8 input.
 4. Beam search's numbers: alpha, a beam wider than the vocabulary.
 5. The same through a real process: the exit status, and no traceback.
+6. Conventions: --version, examples, --debug, warnings in one line, only the flags a command uses.
 
 Most tests call `main` in this process; section 5 runs `python -m annotated_transformer.cli`.
 """
@@ -17,53 +21,21 @@ Most tests call `main` in this process; section 5 runs `python -m annotated_tran
 from __future__ import annotations
 
 import io
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from clitools import TINY_RUN, cli, one_error_line, own_file_args, refused, refused_while_parsing
 
-from annotated_transformer.checkpoint import load_checkpoint, model_from_checkpoint
+from annotated_transformer.checkpoint import load_checkpoint
 from annotated_transformer.cli import main, parser
 from annotated_transformer.data import split_files
 
-
-TRAIN_ARGS = ["--model", "tiny", "--max-tokens", "400", "--warmup", "20", "--quiet"]
 SENTENCE = "Ein Mann sieht einen Ball."
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tiny_checkpoint: Path) -> Path:
-    "One epoch of the tiny preset on the synthetic pairs (conftest's `tiny_checkpoint`), trained once for this module."
-    return tiny_checkpoint
-
-
-def one_error_line(err: str, command: str) -> str:
-    "The message of the one line a refused command writes to standard error."
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"annotated-transformer {command}: error: "), err
-    return lines[0]
-
-
-def refused_while_parsing(argv: list[str], capsys: pytest.CaptureFixture) -> str:
-    "Run `main(argv)`, which argparse must refuse: exit status 2, one line; return it."
-    with pytest.raises(SystemExit) as exit:
-        main(argv)
-    assert exit.value.code == 2
-    return one_error_line(capsys.readouterr().err, argv[0])
-
-
-def refused(argv: list[str], status: int, capsys: pytest.CaptureFixture) -> str:
-    "Run `main(argv)`, which must return `status` having printed nothing but one line on standard error; return that line."
-    assert main(argv) == status
-    out, err = capsys.readouterr()
-    assert out == "", f"something was printed before the error: {out!r}"
-    return one_error_line(err, argv[0])
-
-
-# =========================================================================== 1. flags checked while parsing
+# =================================================================== 1. flags checked while parsing
 REQUIRED = {
     "train": ["--out", "unused-run"],
     "evaluate": ["--checkpoint", "unused.pt"],
@@ -87,6 +59,8 @@ BAD_FLAGS = [
     ("train", "--warmup", "0", "expected a whole number at least 1, got 0"),
     ("train", "--seed", "-1", "expected a whole number from 0 to 2**32 - 1, got -1"),
     ("train", "--seed", str(2**32), f"expected a whole number from 0 to 2**32 - 1, got {2**32}"),
+    ("train", "--model", "huge", "invalid choice: 'huge' (choose from "),
+    ("train", "--src-lang", "German", "expected a language code such as de, en or fr, got"),
     ("translate", "--device", "foo", "'foo' is not a device: use cpu, cuda, cuda:N or mps"),
     (
         "train",
@@ -109,7 +83,7 @@ def test_bad_flag_values_are_refused_while_parsing(
 ) -> None:
     monkeypatch.chdir(tmp_path)  # nothing may be written, but if it were, not into the repository
     line = refused_while_parsing([command, *REQUIRED[command], flag, value], capsys)
-    assert line.endswith(f"error: argument {flag}: {message}")
+    assert f"error: argument {flag}: {message}" in line
 
 
 def test_good_flag_values_are_accepted() -> None:
@@ -124,16 +98,28 @@ def test_good_flag_values_are_accepted() -> None:
     assert parser().parse_args(["translate", "--checkpoint", "c.pt", "--alpha", "1.5"]).alpha == 1.5
 
 
+def test_model_offers_the_named_sizes(capsys) -> None:
+    "--model's choices are the configuration's sizes, each of which it accepts."
+    from annotated_transformer.config import PRESETS
+
+    assert list(PRESETS) == ["base", "big", "multi30k", "small", "tiny"]
+    for name in PRESETS:
+        assert parser().parse_args(["train", "--out", "r", "--model", name]).model == name
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert "--model {base,big,multi30k,small,tiny}" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("command", ["train", "evaluate", "translate"])
 def test_a_device_this_machine_lacks_is_refused_while_parsing(
     command: str, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(
-        torch.cuda, "is_available", lambda: False
-    )  # this machine, whatever it is, has no GPU
+    # this machine, whatever it is, has no GPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     line = refused_while_parsing([command, *REQUIRED[command], "--device", "cuda"], capsys)
     assert line.endswith(
-        "argument --device: cuda is not available: this machine has no cuda device that PyTorch can use"
+        "argument --device: cuda is not available: "
+        "this machine has no cuda device that PyTorch can use"
     )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # one GPU
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
@@ -142,125 +128,170 @@ def test_a_device_this_machine_lacks_is_refused_while_parsing(
     )
     line = refused_while_parsing([command, *REQUIRED[command], "--device", "cuda:1"], capsys)
     assert line.endswith(
-        "argument --device: cuda:1 is not available: this machine has 1 cuda device(s), cuda:0 to cuda:0"
+        "argument --device: cuda:1 is not available: "
+        "this machine has 1 cuda device(s), cuda:0 to cuda:0"
     )
 
 
-# =========================================================================== 2. checks after parsing, before any work
+# ========================================================= 2. checks after parsing, before any work
+WRONG_COMBINATIONS = [
+    (
+        ["--layer", "0", SENTENCE],
+        "--layer chooses the layer that --attention draws: give --attention too",
+    ),
+    (
+        ["--attention", "{tmp}/a.jpg", SENTENCE],
+        "--attention needs a .png file name, got {tmp}/a.jpg",
+    ),
+    ([SENTENCE, "  "], "sentence 2 of the arguments is empty: there is nothing to translate"),
+    (
+        ["--beam", "2", "--nbest", "3", SENTENCE],
+        "--nbest 3 needs --beam 3 or more: a beam of 2 ends with at most 2 translations",
+    ),
+    (
+        ["--nbest", "1", "--attention", "{tmp}/a.png", SENTENCE],
+        "--attention draws the best translation of each sentence: leave out --nbest",
+    ),
+    (
+        ["--output", "{tmp}/out.txt", SENTENCE],
+        "--output {tmp}/out.txt exists: choose another name or delete it (it is never overwritten)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    WRONG_COMBINATIONS,
+    ids=["layer", "attention-jpg", "empty", "nbest-beam", "nbest-attention", "output-exists"],
+)
 def test_wrong_combinations_and_empty_input_are_refused_before_the_model_loads(
-    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+    args: list[str], message: str, tmp_path: Path, capsys
 ) -> None:
     missing = str(tmp_path / "missing.pt")  # loading it would fail (status 1): these come first
-    line = refused(["translate", "--checkpoint", missing, "--layer", "0", SENTENCE], 2, capsys)
-    assert line.endswith("--layer chooses the layer that --attention draws: give --attention too")
-    line = refused(
-        ["translate", "--checkpoint", missing, "--attention", str(tmp_path / "a.jpg"), SENTENCE],
-        2,
-        capsys,
-    )
-    assert "--attention needs a .png file name, got" in line
-    line = refused(["translate", "--checkpoint", missing, SENTENCE, "  "], 2, capsys)
-    assert line.endswith("sentence 2 of the arguments is empty: there is nothing to translate")
-    line = refused(
-        ["translate", "--checkpoint", missing, "--beam", "2", "--nbest", "3", SENTENCE], 2, capsys
-    )
-    assert line.endswith(
-        "--nbest 3 needs --beam 3 or more: a beam of 2 ends with at most 2 translations"
-    )
-    line = refused(
-        [
-            "translate",
-            "--checkpoint",
-            missing,
-            "--nbest",
-            "1",
-            "--attention",
-            str(tmp_path / "a.png"),
-            SENTENCE,
-        ],
-        2,
-        capsys,
-    )
-    assert line.endswith(
-        "--attention draws the best translation of each sentence: leave out --nbest"
-    )
     (tmp_path / "out.txt").write_text("kept\n")
-    line = refused(
-        ["translate", "--checkpoint", missing, "--output", str(tmp_path / "out.txt"), SENTENCE],
-        2,
-        capsys,
-    )
-    assert line.endswith(
-        f"--output {tmp_path / 'out.txt'} exists: choose another name or delete it (it is never overwritten)"
-    )
+    args = [arg.replace("{tmp}", str(tmp_path)) for arg in args]
+    line = refused(["translate", "--checkpoint", missing, *args], 2, capsys)
+    assert line.endswith(message.replace("{tmp}", str(tmp_path)))
     assert (tmp_path / "out.txt").read_text() == "kept\n"
-    monkeypatch.setattr(
-        sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\n  \n"))
-    )  # no sentence on standard input: no usage error
-    line = refused(["translate", "--checkpoint", missing], 1, capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]  # nothing made
+
+
+def test_standard_input_without_a_sentence_is_no_usage_error(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    "Blank lines only: read before the checkpoint loads, and no usage error (it loads, and fails)."
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\n  \n")))
+    line = refused(["translate", "--checkpoint", str(tmp_path / "missing.pt")], 1, capsys)
     assert "no checkpoint at" in line
 
 
-@pytest.mark.parametrize("layer", ["2", "-1"])
+@pytest.mark.parametrize("layer", ["2", "-1", "7"])
 def test_a_layer_the_model_lacks_is_refused_before_anything_is_translated(
-    layer: str, checkpoint: Path, tmp_path: Path, capsys
+    layer: str, tiny_checkpoint: Path, tmp_path: Path, capsys
 ) -> None:
     png = tmp_path / "maps" / "attention.png"
-    line = refused(
-        [
-            "translate",
-            "--checkpoint",
-            str(checkpoint),
-            "--attention",
-            str(png),
-            "--layer",
-            layer,
-            SENTENCE,
-        ],
-        2,
-        capsys,
-    )
+    argv = ["translate", "--checkpoint", str(tiny_checkpoint), "--attention", str(png)]
+    line = refused([*argv, "--layer", layer, SENTENCE], 2, capsys)
     assert line.endswith(
         f"--layer {layer} is out of range: the model has 2 layers, numbered 0 to 1"
     )
     assert not png.exists()
 
 
+@pytest.mark.parametrize(
+    "drop, extra, message",
+    [
+        ("--valid-tgt", [], "your own data needs all four of --train-src, --train-tgt, "),
+        (None, ["--data-dir", "somewhere"], "--data-dir, --src-lang and --tgt-lang choose"),
+        (None, ["--src-lang", "fr"], "--data-dir, --src-lang and --tgt-lang choose Multi30k's"),
+    ],
+    ids=["three-files", "data-dir", "src-lang"],
+)
+def test_flags_of_your_own_files_that_do_not_go_together_are_usage_errors(
+    drop: str | None,
+    extra: list[str],
+    message: str,
+    own_corpus: dict[str, Path],
+    tmp_path: Path,
+    capsys,
+) -> None:
+    args = own_file_args(own_corpus)
+    if drop:
+        del args[args.index(drop) : args.index(drop) + 2]
+    line = refused(["train", "--out", str(tmp_path / "run"), *args, *extra, *TINY_RUN], 2, capsys)
+    assert message in line
+    if drop:
+        assert line.endswith("--valid-tgt missing")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_file_of_your_own_that_is_missing_is_a_usage_error(
+    own_corpus: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    args = own_file_args(own_corpus)
+    args[args.index("--valid-src") + 1] = str(tmp_path / "nope")
+    line = refused(["train", "--out", str(tmp_path / "run"), *args, *TINY_RUN], 2, capsys)
+    assert line.endswith(f"--valid-src {tmp_path / 'nope'}: no such file")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--src", "{src}"], "--src and --ref go together"),
+        (["--src", "{src}", "--ref", "{tmp}/nope"], "--ref {tmp}/nope: no such file"),
+        (["--src", "{src}", "--ref", "{ref}", "--split", "val"], "--split chooses a Multi30k"),
+        (["--src", "{src}", "--ref", "{ref}", "--output", "{src}"], "--output {src} exists"),
+    ],
+    ids=["src-without-ref", "missing-ref", "split", "output-exists"],
+)
+def test_evaluate_flags_are_checked_before_the_checkpoint_loads(
+    args: list[str], message: str, own_corpus: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    names = {"{src}": own_corpus["test_src"], "{ref}": own_corpus["test_ref"], "{tmp}": tmp_path}
+
+    def filled(text: str) -> str:
+        for name, value in names.items():
+            text = text.replace(name, str(value))
+        return text
+
+    argv = ["evaluate", "--checkpoint", str(tmp_path / "missing.pt"), *map(filled, args)]
+    assert filled(message) in refused(argv, 2, capsys)
+
+
+def test_an_unusable_output_folder_is_reported_before_anything_else(tmp_path: Path, capsys) -> None:
+    (tmp_path / "some_file").write_text("")
+    missing_data = tmp_path / "no-such-data"  # would fail too, but later: the folder comes first
+    out = tmp_path / "some_file" / "run"
+    argv = ["train", "--out", str(out), "--data-dir", str(missing_data), *TINY_RUN]
+    line = refused(argv, 1, capsys)
+    assert f"cannot use {out} as the output folder" in line
+
+
 # =========================================================================== 3. failures
-def test_unusable_checkpoints_are_failures(tmp_path: Path, capsys) -> None:
+def test_unusable_checkpoints_are_failures(tiny_checkpoint: Path, tmp_path: Path, capsys) -> None:
     line = refused(["translate", "--checkpoint", str(tmp_path / "missing.pt"), SENTENCE], 1, capsys)
     assert "no checkpoint at" in line and "missing.pt" in line
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"not a checkpoint at all")
     line = refused(["evaluate", "--checkpoint", str(garbage)], 1, capsys)
-    assert "is not a readable checkpoint" in line
+    assert f"{garbage} is not a readable checkpoint" in line
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(tiny_checkpoint.read_bytes()[:1000])
+    line = refused(["translate", "--checkpoint", str(truncated), SENTENCE], 1, capsys)
+    assert f"{truncated} is not a readable checkpoint" in line
 
 
-def test_unusable_data_is_a_failure(
-    checkpoint: Path, data_dir: Path, tmp_path: Path, capsys
-) -> None:
+def test_unusable_data_is_a_failure(tiny_checkpoint: Path, data_dir: Path, tmp_path: Path, capsys):
     german = data_dir / split_files("test2016")[0]
     german.write_bytes(b"not gzip")
-    assert (
-        main(["evaluate", "--checkpoint", str(checkpoint), "--data-dir", str(data_dir), "--quiet"])
-        == 1
-    )
-    out, err = capsys.readouterr()
-    assert out == "" and "Traceback" not in err
-    assert (
-        err.splitlines()[-1].startswith("annotated-transformer evaluate: error: ")
-        and german.name in err.splitlines()[-1]
-    )
+    argv = ["evaluate", "--checkpoint", str(tiny_checkpoint), "--quiet"]
+    line = refused([*argv, "--data-dir", str(data_dir)], 1, capsys)
+    assert german.name in line
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert (
-        main(["evaluate", "--checkpoint", str(checkpoint), "--data-dir", str(empty), "--quiet"])
-        == 1
-    )
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and err.splitlines()[-1].startswith(
-        "annotated-transformer evaluate: error: "
-    )
+    line = refused([*argv, "--data-dir", str(empty)], 1, capsys)
+    assert str(empty) in line
 
 
 @pytest.mark.parametrize(
@@ -271,37 +302,20 @@ def test_an_attention_folder_that_cannot_be_made_is_a_failure_found_before_the_m
 ) -> None:
     (tmp_path / "a_file").write_text("")
     png = tmp_path / inside / "attention.png"
-    line = refused(
-        [
-            "translate",
-            "--checkpoint",
-            str(tmp_path / "missing.pt"),
-            "--attention",
-            str(png),
-            SENTENCE,
-        ],
-        1,
-        capsys,
-    )
+    argv = ["translate", "--checkpoint", str(tmp_path / "missing.pt"), "--attention", str(png)]
+    line = refused([*argv, SENTENCE], 1, capsys)
     assert line.endswith(f"cannot use {png.parent} as the folder for --attention: {reason}")
 
 
 def test_a_sentence_the_attention_maps_refuse_stops_the_command_before_any_output(
-    checkpoint: Path, tmp_path: Path, capsys
+    tiny_checkpoint: Path, tmp_path: Path, capsys
 ) -> None:
     png = tmp_path / "attention.png"
-    line = refused(
-        [
-            "translate",
-            "--checkpoint",
-            str(checkpoint),
-            "--attention",
-            str(png),
-            SENTENCE,
-            "The dog sees a ball.",
-        ],
-        1,
-        capsys,
+    argv = ["translate", "--checkpoint", str(tiny_checkpoint), "--attention", str(png)]
+    line = refused([*argv, SENTENCE, "The dog sees a ball."], 1, capsys)
+    assert (
+        "5 of the 6 tokens of 'The dog sees a ball.' are not in the model's source vocabulary"
+        in line
     )
     assert "is the sentence in the language the model translates from?" in line
     assert not list(tmp_path.glob("*.png"))
@@ -310,79 +324,46 @@ def test_a_sentence_the_attention_maps_refuse_stops_the_command_before_any_outpu
 def test_non_utf8_standard_input_is_a_failure_naming_its_line(
     tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(
-        sys,
-        "stdin",
-        io.TextIOWrapper(io.BytesIO(f"{SENTENCE}\n\nEin \xff Hund.\n".encode("latin-1"))),
-    )
-    line = refused(
-        ["translate", "--checkpoint", str(tmp_path / "missing.pt")], 1, capsys
-    )  # read before the checkpoint
+    text = f"{SENTENCE}\n\nEin \xff Hund.\n".encode("latin-1")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text)))
+    # read before the checkpoint
+    line = refused(["translate", "--checkpoint", str(tmp_path / "missing.pt")], 1, capsys)
     assert line.endswith("standard input, line 3: byte 0xff at position 5 is not UTF-8 text")
 
 
 def test_standard_input_is_read_as_utf8_lines(
-    checkpoint: Path, capsys, monkeypatch: pytest.MonkeyPatch
+    tiny_checkpoint: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    "Windows line ends change nothing, and a blank line gives a blank line: the output lines up with the input."
+    "Windows line ends change nothing, and a blank line gives a blank line: the output lines up."
     second = "Zwei Männer sehen ein Auto im Schnee."
-    assert main(["translate", "--checkpoint", str(checkpoint), SENTENCE, second]) == 0
+    assert main(["translate", "--checkpoint", str(tiny_checkpoint), SENTENCE, second]) == 0
     first_out, second_out = capsys.readouterr().out.splitlines()
-    monkeypatch.setattr(
-        sys, "stdin", io.TextIOWrapper(io.BytesIO(f"{SENTENCE}\r\n\r\n{second}\r\n".encode()))
-    )
-    assert main(["translate", "--checkpoint", str(checkpoint)]) == 0
+    text = f"{SENTENCE}\r\n\r\n{second}\r\n".encode()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text)))
+    assert main(["translate", "--checkpoint", str(tiny_checkpoint)]) == 0
     assert capsys.readouterr().out == f"{first_out}\n\n{second_out}\n"
 
 
-# =========================================================================== 4. beam search's numbers
-def test_an_alpha_too_large_for_the_length_penalty_is_a_failure(checkpoint: Path, capsys) -> None:
-    line = refused(
-        ["translate", "--checkpoint", str(checkpoint), "--beam", "2", "--alpha", "1000", SENTENCE],
-        1,
-        capsys,
-    )
+# ========================================================================= 4. beam search's numbers
+def test_an_alpha_too_large_for_the_length_penalty_is_a_failure(
+    tiny_checkpoint: Path, capsys
+) -> None:
+    argv = ["translate", "--checkpoint", str(tiny_checkpoint), "--beam", "2"]
+    line = refused([*argv, "--alpha", "1000", SENTENCE], 1, capsys)
     assert "alpha=1000.0 is too large: the length penalty of" in line
-    assert (
-        main(
-            ["translate", "--checkpoint", str(checkpoint), "--beam", "2", "--alpha", "0", SENTENCE]
-        )
-        == 0
-    )
+    assert main([*argv, "--alpha", "0", SENTENCE]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
 
 
-def test_a_beam_wider_than_the_vocabulary_translates(checkpoint: Path, capsys) -> None:
-    _, _, tgt_vocab = model_from_checkpoint(load_checkpoint(checkpoint))
-    assert (
-        main(
-            [
-                "translate",
-                "--checkpoint",
-                str(checkpoint),
-                "--beam",
-                str(2 * len(tgt_vocab)),
-                SENTENCE,
-            ]
-        )
-        == 0
-    )
+def test_a_beam_wider_than_the_vocabulary_translates(tiny_checkpoint: Path, capsys) -> None:
+    width = 2 * len(load_checkpoint(tiny_checkpoint).tgt_vocab)
+    argv = ["translate", "--checkpoint", str(tiny_checkpoint), "--beam", str(width), SENTENCE]
+    assert main(argv) == 0
     out, err = capsys.readouterr()
     assert len(out.splitlines()) == 1 and err == ""
 
 
-# =========================================================================== 5. through a real process
-def run_command(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
-    "Run `python -m annotated_transformer.cli ARGS` with `stdin` on its standard input; its output captured as bytes."
-    return subprocess.run(
-        [sys.executable, "-m", "annotated_transformer.cli", *args],
-        input=stdin,
-        capture_output=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        timeout=300,
-    )
-
-
+# ======================================================================== 5. through a real process
 @pytest.mark.parametrize(
     "args, stdin, status, message",
     [
@@ -409,35 +390,32 @@ def run_command(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
     ids=["bad-flag", "layer", "missing-checkpoint", "latin-1-stdin"],
 )
 def test_a_real_process_exits_with_the_status_and_one_line(
-    args: list[str], stdin: bytes, status: int, message: str, checkpoint: Path, tmp_path: Path
+    args: list[str], stdin: bytes, status: int, message: str, tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    done = run_command(
-        "translate", "--checkpoint", str(checkpoint), *args, stdin=stdin
-    )  # a later --checkpoint wins
+    # a later --checkpoint wins
+    done = cli("translate", "--checkpoint", str(tiny_checkpoint), *args, stdin=stdin)
     err = done.stderr.decode()
     assert done.returncode == status, err
     assert done.stdout == b"" and "Traceback" not in err
     assert message in one_error_line(err, "translate")
 
 
-# =========================================================================== 6. conventions: --version, examples, --debug, only the flags a command uses
+# =========================================================================== 6. conventions
 def test_version_and_examples(capsys) -> None:
     from annotated_transformer import __version__
 
+    assert __version__ == "0.3.0"
     with pytest.raises(SystemExit) as exit:
         main(["--version"])
-    assert (
-        exit.value.code == 0 and capsys.readouterr().out == f"annotated-transformer {__version__}\n"
-    )
+    assert exit.value.code == 0
+    assert capsys.readouterr().out == f"annotated-transformer {__version__}\n"
     for command in ("train", "evaluate", "translate"):
         with pytest.raises(SystemExit):
             main([command, "--help"])
         help_text = capsys.readouterr().out
-        assert (
-            "examples:\n" in help_text
-            and f"annotated-transformer {command} --" in help_text.split("examples:")[1]
-        )
+        assert "examples:\n" in help_text
+        assert f"annotated-transformer {command} --" in help_text.split("examples:")[1]
 
 
 def test_translate_does_not_offer_data_dir(capsys) -> None:
@@ -449,18 +427,33 @@ def test_translate_does_not_offer_data_dir(capsys) -> None:
         capsys.readouterr().err
         == "annotated-transformer: error: unrecognized arguments: --data-dir\n"
     )
-    assert parser().parse_args(
-        ["evaluate", "--checkpoint", "x.pt", "--data-dir", "d"]
-    ).data_dir == Path("d")
+    evaluate = parser().parse_args(["evaluate", "--checkpoint", "x.pt", "--data-dir", "d"])
+    assert evaluate.data_dir == Path("d")
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
-    done = run_command(
-        "translate", "--checkpoint", str(tmp_path / "missing.pt"), "--debug", SENTENCE
-    )
-    err = done.stderr.decode()
+    missing = tmp_path / "missing.pt"
+    done = cli("translate", "--checkpoint", str(missing), "--debug", SENTENCE)
+    assert done.returncode == 1 and done.stderr.startswith("Traceback")
+    assert done.stderr.rstrip().endswith(f"no checkpoint at {missing}")
+
+
+@pytest.mark.filterwarnings(  # this test wants it
+    "default:Multi30k file differs from the published one:UserWarning"
+)
+def test_warnings_are_one_line_in_the_console(
+    tiny_checkpoint: Path, synthetic_corpus: Path, capsys
+) -> None:
+    capsys.readouterr()
+    argv = ["evaluate", "--checkpoint", str(tiny_checkpoint), "--split", "test2016"]
+    assert main([*argv, "--data-dir", str(synthetic_corpus), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    # the synthetic files differ from the published ones
     assert (
-        done.returncode == 1
-        and err.startswith("Traceback")
-        and err.rstrip().endswith(f"no checkpoint at {tmp_path / 'missing.pt'}")
+        "annotated-transformer evaluate: warning: Multi30k file differs from the published one"
+        in err
+    )
+    assert "warnings.warn" not in err
+    assert all(
+        line.startswith("annotated-transformer evaluate: warning:") for line in err.splitlines()
     )

@@ -1,22 +1,26 @@
 """Tests for annotated_transformer.data.
 
 What is checked:
-1. Download: files come from a local HTTP server into the cache ($XDG_CACHE_HOME/annotated-transformer/multi30k),
-   the cache is reused, corrupt or truncated files raise and leave nothing behind, and an unreachable server or a
-   404 raises a ConnectionError that says how to work offline (--data-dir / data_dir= / $MULTI30K_DIR).
+1. Download: files come from a local HTTP server into the cache
+   ($XDG_CACHE_HOME/annotated-transformer/multi30k), the cache is reused, corrupt or truncated files
+   raise and leave nothing behind, and an unreachable server or a 404 raises a ConnectionError that
+   says how to work offline (--data-dir / data_dir= / $MULTI30K_DIR).
 2. data_dir and $MULTI30K_DIR: local folders, missing files, unknown splits.
-3. Verification against the SHA-256 table: a cached file changed since its download is an error, a file of one's own
-   folder that differs from the published one a warning; each file is hashed once and again only when its size or
-   mtime changes (remembered in the cache folder, never in the data folder; a cache that cannot be written just
-   remembers nothing).
-4. Bad input: damaged gzip files, misaligned files, empty lines, invalid UTF-8, Windows line endings.
-5. `Vocab`: min_freq, special tokens first, deterministic order, encode/decode, state_dict (through torch.save too), errors.
-6. spaCy tokenizers and `tokenize_all`.
-7. `encode_pairs`, `collate` and `make_loader`: every pair exactly once per epoch, the token budget, padding and masks,
-   epochs and data-parallel shards.
+3. Verification against the SHA-256 table: a cached file changed since its download is an error, a
+   file of one's own folder that differs from the published one a warning; each file is hashed once
+   and again only when its size or mtime changes (remembered in the cache folder, never in the data
+   folder; a cache that cannot be written just remembers nothing).
+4. Bad input: damaged gzip files, misaligned files, empty lines, invalid UTF-8, Windows line
+   endings.
+5. `Vocab`: min_freq, special tokens first, deterministic order, encode/decode, state_dict (through
+   torch.save too), errors.
+6. Tokenizers: spaCy's words behind the `Tokenizer` interface (`SpacyTokenizer`, `join_words`).
+7. `encode_pairs`, and the pipeline from a download to batches (the batches themselves are tested in
+   tests/test_batching.py).
 
-Everything is made here: a few hundred synthetic German/English pairs (tests/synthetic.py), gzipped into a pytest
-tmp_path and served from 127.0.0.1. No internet, no ../shared folder and no real cache are needed or touched (urlopen refuses other hosts).
+Everything is made here: a few hundred synthetic German/English pairs (tests/synthetic.py), gzipped
+into a pytest tmp_path and served from 127.0.0.1. No internet, no ../shared folder and no real cache
+are needed or touched (urlopen refuses other hosts).
 """
 
 from __future__ import annotations
@@ -47,29 +51,28 @@ from annotated_transformer.data import (
     STAMP_FILE,
     EncodedPairs,
     Vocab,
+    SpacyTokenizer,
+    Tokenizer,
     cache_dir,
-    collate,
     download,
     encode_pairs,
-    file_sha256,
     load_multi30k,
+    join_words,
     load_tokenizers,
-    make_loader,
     multi30k_paths,
     read_lines,
+    sha256_of_file,
     split_files,
-    tokenize_all,
 )
-from annotated_transformer.training import Batch
 from synthetic import sampled_pairs, write_split
 
-# Folders of synthetic Multi30k-named files differ from the published files, so reading them warns; the tests of
-# section 3 check that warning, the others need not see it.
+# Folders of synthetic Multi30k-named files differ from the published files, so reading them warns;
+# the tests of section 3 check that warning, the others need not see it.
 DIFFERS = "Multi30k file differs from the published one"
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Synthetic data
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 SPLIT_SIZES = {"train": 300, "val": 40, "test2016": 30}
 
@@ -113,14 +116,15 @@ def hashes(dataset_dir, monkeypatch) -> dict[str, str]:
     return table
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Isolation: no real cache, no $MULTI30K_DIR, no proxies, no network other than 127.0.0.1
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch) -> Path:
-    "Point the cache into tmp_path, forget $MULTI30K_DIR and proxies, and refuse downloads from anywhere but 127.0.0.1."
+    """Point the cache into tmp_path, forget $MULTI30K_DIR and proxies, and refuse downloads from
+    anywhere but 127.0.0.1."""
     cache_home = tmp_path / "xdg_cache"
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
     monkeypatch.delenv(DATA_DIR_ENV, raising=False)
@@ -153,9 +157,9 @@ def multi30k_cache(isolated) -> Path:
     return isolated / "annotated-transformer" / "multi30k"
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # A local HTTP server
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 class CountingHandler(http.server.SimpleHTTPRequestHandler):
@@ -184,7 +188,8 @@ class TruncatingHandler(CountingHandler):
 
 @pytest.fixture
 def serve():
-    "serve(folder, handler=CountingHandler) -> (base_url ending in '/', server); every server is shut down afterwards."
+    """serve(folder, handler=CountingHandler) -> (base_url ending in '/', server); every server is
+    shut down afterwards."""
     servers = []
 
     def start(folder: Path, handler=CountingHandler):
@@ -219,9 +224,9 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 1. Download and cache
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 def test_split_files_and_cache_dir(isolated, monkeypatch, tmp_path):
@@ -316,7 +321,8 @@ def test_truncated_download_raises_and_caches_nothing(dataset_dir, hashes, serve
 
 
 def assert_offline_hint(message: str) -> None:
-    "The message names every way to work offline: the command-line flag, the Python argument, the environment variable."
+    """The message names every way to work offline: the command-line flag, the Python argument, the
+    environment variable."""
     assert "--data-dir" in message
     assert "data_dir=" in message
     assert DATA_DIR_ENV in message
@@ -351,9 +357,9 @@ def test_stopped_server_raises_connection_error(dataset_dir, hashes, serve):
     assert_offline_hint(str(info.value))
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 2. data_dir and $MULTI30K_DIR
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 def test_data_dir_reads_local_folder(dataset_dir, hashes, multi30k_cache):
@@ -422,21 +428,21 @@ def test_unknown_split(split, dataset_dir):
         split_files(split)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 3. Verification against the SHA-256 table
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture
 def hash_calls(monkeypatch) -> list[Path]:
     "The files the module really hashes (not those it finds remembered), in order."
-    calls, real = [], data._sha256
+    calls, real = [], data.sha256_of_file
 
     def counting(path):
         calls.append(Path(path))
         return real(path)
 
-    monkeypatch.setattr(data, "_sha256", counting)
+    monkeypatch.setattr(data, "sha256_of_file", counting)
     return calls
 
 
@@ -487,7 +493,8 @@ def test_own_file_that_differs_warns_and_is_used(dataset_dir, hashes, multi30k_c
     with pytest.warns(UserWarning) as caught:
         assert load_multi30k("val", data_dir=dataset_dir) == cleaned  # used as it is
     assert [str(w.message) for w in caught] == [
-        f"{DIFFERS}: {de} has SHA-256 {sha256(de)}, the published val.de.gz {hashes['val.de.gz']}; it is used as it is"
+        f"{DIFFERS}: {de} has SHA-256 {sha256(de)}, the published val.de.gz "
+        f"{hashes['val.de.gz']}; it is used as it is"
     ]  # one warning, for the file that differs only
 
 
@@ -507,9 +514,10 @@ def test_own_files_through_env_var_warn_too(tmp_path, monkeypatch):
 def test_unchanged_files_are_hashed_once(dataset_dir, hashes, hash_calls, multi30k_cache):
     for _ in range(3):
         assert load_multi30k("val", data_dir=dataset_dir) == split_pairs("val")
-        assert file_sha256(dataset_dir / "val.de.gz") == hashes["val.de.gz"]
+        assert data.file_sha256(dataset_dir / "val.de.gz") == hashes["val.de.gz"]
     assert hash_calls == [dataset_dir / "val.de.gz", dataset_dir / "val.en.gz"]
-    # Remembered by absolute path, with size and mtime, in the cache folder: the data folder holds only its files.
+    # Remembered by absolute path, with size and mtime, in the cache folder: the data folder holds
+    # only its files.
     de = (dataset_dir / "val.de.gz").resolve()
     assert stamps(multi30k_cache)[str(de)] == [
         de.stat().st_size,
@@ -609,20 +617,21 @@ def test_stamps_of_files_gone_are_forgotten(tmp_path, multi30k_cache):
     files = [tmp_path / f"{i}.bin" for i in range(3)]
     for i, path in enumerate(files):
         path.write_bytes(bytes([i]) * 100)
-    file_sha256(files[0])
-    file_sha256(files[1])
+    data.file_sha256(files[0])
+    data.file_sha256(files[1])
     files[0].unlink()
-    assert file_sha256(files[2]) == sha256(files[2])
+    assert data.file_sha256(files[2]) == sha256(files[2])
     assert sorted(stamps(multi30k_cache)) == [str(files[1].resolve()), str(files[2].resolve())]
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 4. Bad input
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 TEXT = "".join(f"Satz Nummer {i} mit etwas Text.\n" for i in range(3000))
 GZ = gzip.compress(TEXT.encode(), mtime=0)
-CORRUPT_GZIP = {  # name: (bytes, the last good line before the error is found: an exact number, or a range)
+# name: (bytes, the last good line before the error is found: an exact number, or a range)
+CORRUPT_GZIP = {
     "plain text": (TEXT.encode(), 0),
     "cut off": (GZ[: len(GZ) // 2], range(1, 2999)),
     "header only": (GZ[:10], 0),
@@ -733,9 +742,9 @@ def test_read_lines_keeps_inner_whitespace_and_unicode(tmp_path):
     assert read_lines(path) == lines
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 5. Vocab
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 SENTENCES = [
     ["the", "dog", "runs", "."],
@@ -845,7 +854,8 @@ def test_state_dict_round_trip(tmp_path):
     assert restored.itos == vocab.itos and restored.stoi == vocab.stoi
     assert restored.encode(["dog", "nope"]) == vocab.encode(["dog", "nope"])
 
-    # As in a checkpoint: saved with torch.save, loaded with torch.load (safe weights-only loading too).
+    # As in a checkpoint: saved with torch.save, loaded with torch.load (safe weights-only loading
+    # too).
     path = tmp_path / "checkpoint.pt"
     torch.save(
         {"src_vocab": vocab.state_dict(), "tgt_vocab": Vocab.build(SENTENCES).state_dict()}, path
@@ -889,9 +899,9 @@ def test_vocab_accepts_tuple_and_specials_only():
     assert Vocab((*SPECIALS, "x")).stoi["x"] == 4
 
 
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 6. Tokenizers
-# ---------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -901,45 +911,69 @@ def tokenizers():
 
 def test_tokenizers_split_punctuation(tokenizers):
     de, en = tokenizers
-    assert [t.text for t in de("Ein Mann fährt Fahrrad.")] == [
-        "Ein",
-        "Mann",
-        "fährt",
-        "Fahrrad",
-        ".",
-    ]
-    assert [t.text for t in en("Two dogs run, fast!")] == ["Two", "dogs", "run", ",", "fast", "!"]
+    assert de.tokenize(["Ein Mann fährt Fahrrad."]) == [["Ein", "Mann", "fährt", "Fahrrad", "."]]
+    assert en.tokenize(["Two dogs run, fast!"]) == [["Two", "dogs", "run", ",", "fast", "!"]]
     # Each language has its own exceptions: German ordinals and abbreviations, English contractions.
-    assert [t.text for t in de("Am 3. Mai z.B. nicht.")] == [
-        "Am",
-        "3.",
-        "Mai",
-        "z.B.",
-        "nicht",
-        ".",
-    ]
-    assert [t.text for t in en("The dog doesn't run.")] == ["The", "dog", "does", "n't", "run", "."]
+    assert de.tokenize(["Am 3. Mai z.B. nicht."]) == [["Am", "3.", "Mai", "z.B.", "nicht", "."]]
+    assert en.tokenize(["The dog doesn't run."]) == [["The", "dog", "does", "n't", "run", "."]]
 
 
-def test_tokenize_all(tokenizers, capsys):
+def test_tokenize_keeps_the_order_and_shows_a_progress_bar_only_when_asked(tokenizers, capsys):
     de, en = tokenizers
     texts = ["Ein Mann fährt Fahrrad.", "Zwei Frauen, die am Strand spielen!"]
-    assert tokenize_all(texts, de, progress=False) == [
+    assert de.tokenize(texts) == [
         ["Ein", "Mann", "fährt", "Fahrrad", "."],
         ["Zwei", "Frauen", ",", "die", "am", "Strand", "spielen", "!"],
     ]
-    assert tokenize_all([], en, progress=False) == []
+    assert en.tokenize([]) == []
     assert capsys.readouterr().err == ""  # no progress bar
     # Many texts (more than one spaCy batch would be needed at a small batch size) keep their order.
-    many = [f"Satz {i}, bitte!" for i in range(250)]
-    assert tokenize_all(many, de, progress=False) == [
-        ["Satz", str(i), ",", "bitte", "!"] for i in range(250)
+    many = [f"Satz {i}, bitte!" for i in range(1500)]
+    assert de.tokenize(many, progress=True) == [
+        ["Satz", str(i), ",", "bitte", "!"] for i in range(1500)
     ]
+    assert "tokenizing" in capsys.readouterr().err
+    with pytest.raises(TypeError, match="tokenize takes a list of texts, not one text"):
+        de.tokenize("Ein Mann.")
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# 7. encode_pairs, collate, make_loader
-# ---------------------------------------------------------------------------------------------------------------------
+def test_load_tokenizers_gives_the_tokenizers_of_the_languages():
+    de, en = load_tokenizers()
+    assert isinstance(de, SpacyTokenizer) and (de.lang, en.lang) == ("de", "en")
+    [fr] = load_tokenizers(["fr"])
+    assert fr.tokenize(["L'homme est là."]) == [["L'", "homme", "est", "là", "."]]
+    assert isinstance(fr, Tokenizer)  # the interface every tokenizer has
+    with pytest.raises(
+        ValueError, match="^spaCy has no tokenizer for the language 'xa': use subwords"
+    ):
+        load_tokenizers(["de", "xa"])
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "Two young, White males are outside near many bushes.",
+        "A man's dog isn't running; it's sitting (quietly) by the door!",
+        'She says "hello" to the children.',
+        "It costs $5 (or 10%).",
+    ],
+)
+def test_detokenize_undoes_the_english_tokenizer(tokenizers, sentence):
+    _, en = tokenizers
+    tokens = en.tokenize([sentence])[0]
+    assert en.detokenize(tokens) == join_words(tokens) == sentence
+
+
+def test_join_words_spacing():
+    assert join_words([]) == ""
+    assert join_words(["A", "man", "'s", "hat", "."]) == "A man's hat."
+    assert join_words(["(", "a", ")", "b"]) == "(a) b"
+    assert join_words(["say", '"', "hi", '"', "now"]) == 'say "hi" now'
+
+
+# --------------------------------------------------------------------------------------------------
+# 7. encode_pairs, and a download to batches
+# --------------------------------------------------------------------------------------------------
 
 
 def test_encode_pairs_wraps_with_start_and_end():
@@ -958,190 +992,39 @@ def test_encode_pairs_wraps_with_start_and_end():
     assert encoded.tgt[0].tolist() == [0, *tgt_vocab.encode(["a", "man", "walks"]), 1]
     assert encoded.tgt[1].tolist() == [0, tgt_vocab.stoi["man"], 1]
     assert encoded.src[0].dtype == torch.long
-    assert encoded.lengths() == [5, 4]  # the longer side, with <s> and </s>
     src, tgt = encoded[1]
     assert src.tolist() == encoded.src[1].tolist() and tgt.tolist() == encoded.tgt[1].tolist()
+    assert [len(s) for s, _ in encoded] == [4, 4]  # a sequence of (source, target) pairs
     # Empty token lists still get both symbols.
     assert encode_pairs([[]], [[]], src_vocab, tgt_vocab).src[0].tolist() == [0, 1]
 
 
-def test_collate_pads_right():
-    pairs = [
-        (torch.tensor([0, 5, 6, 1]), torch.tensor([0, 7, 1])),
-        (torch.tensor([0, 5, 1]), torch.tensor([0, 7, 8, 9, 1])),
-    ]
-    batch = collate(pairs, pad=2)
-    assert isinstance(batch, Batch)
-    assert batch.src.tolist() == [[0, 5, 6, 1], [0, 5, 1, 2]]
-    assert batch.tgt.tolist() == [[0, 7, 1, 2], [0, 7, 8, 9]]
-    assert batch.tgt_y.tolist() == [[7, 1, 2, 2], [7, 8, 9, 1]]
-    assert batch.ntokens == 6
-
-
-@pytest.fixture(scope="module")
-def corpus(tokenizers):
-    "The synthetic train split, tokenized with spaCy and encoded: (pairs, src_vocab, tgt_vocab, EncodedPairs)."
-    de_tok, en_tok = tokenizers
-    pairs = split_pairs("train")
-    src_tokens = tokenize_all([de for de, _ in pairs], de_tok, progress=False)
-    tgt_tokens = tokenize_all([en for _, en in pairs], en_tok, progress=False)
-    src_vocab = Vocab.build(
-        src_tokens, min_freq=1
-    )  # every token known: batches decode back to the text
-    tgt_vocab = Vocab.build(tgt_tokens, min_freq=1)
-    encoded = encode_pairs(src_tokens, tgt_tokens, src_vocab, tgt_vocab)
-    return list(zip(map(tuple, src_tokens), map(tuple, tgt_tokens))), src_vocab, tgt_vocab, encoded
-
-
-def unpad(row: list[int], pad: int) -> list[int]:
-    "A padded row of <s> ... </s> <blank>*: checks the layout and returns the ids without padding."
-    n = len(row)
-    while n and row[n - 1] == pad:
-        n -= 1
-    ids = row[:n]
-    assert pad not in ids, f"padding inside a sentence: {row}"
-    assert ids[0] == 0 and ids[-1] == 1 and 0 not in ids[1:] and 1 not in ids[:-1], row
-    return ids
-
-
-def check_batch(batch: Batch, pad: int, max_tokens: int) -> list[tuple[list[int], list[int]]]:
-    "Check one batch's shapes, padding, masks and budget; return its (src ids, tgt ids) rows without padding."
-    assert isinstance(batch, Batch)
-    B, S = batch.src.shape
-    T = batch.tgt.size(1)
-    assert batch.tgt.shape == batch.tgt_y.shape == (B, T)
-    assert batch.src.dtype == batch.tgt.dtype == torch.long
-    assert B == 1 or B * max(S, T + 1) <= max_tokens, f"{B} x {max(S, T + 1)} > {max_tokens}"
-    # The full target is tgt plus the last label; tgt_y is tgt shifted by one.
-    full_tgt = torch.cat([batch.tgt, batch.tgt_y[:, -1:]], dim=1)
-    assert torch.equal(batch.tgt[:, 1:], batch.tgt_y[:, :-1])
-    # Masks
-    assert batch.src_mask.shape == (B, 1, S)
-    assert torch.equal(batch.src_mask, (batch.src != pad).unsqueeze(-2))
-    assert batch.tgt_mask.shape == (B, T, T)
-    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
-    assert torch.equal(batch.tgt_mask, (batch.tgt != pad).unsqueeze(-2) & causal)
-    assert batch.ntokens == int((batch.tgt_y != pad).sum())
-    rows = []
-    for src_row, tgt_row in zip(batch.src.tolist(), full_tgt.tolist()):
-        rows.append((unpad(src_row, pad), unpad(tgt_row, pad)))
-    # No column is padding throughout: padded to the longest row.
-    assert max(len(s) for s, _ in rows) == S
-    assert max(len(t) for _, t in rows) == T + 1
-    assert int(batch.src_mask.sum()) == sum(len(s) for s, _ in rows)
-    return rows
-
-
-def epoch_pairs(
-    loader, src_vocab, tgt_vocab, pad, max_tokens
-) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
-    out = []
-    for batch in loader:
-        for src_ids, tgt_ids in check_batch(batch, pad, max_tokens):
-            out.append((tuple(src_vocab.decode(src_ids)), tuple(tgt_vocab.decode(tgt_ids))))
-    return out
-
-
-@pytest.mark.parametrize("max_tokens", [60, 200, 1000])
-def test_loader_covers_every_pair_once(corpus, max_tokens):
-    token_pairs, src_vocab, tgt_vocab, encoded = corpus
-    assert len(token_pairs) == 300 and src_vocab.pad == tgt_vocab.pad == 2
-    loader = make_loader(encoded, pad=src_vocab.pad, max_tokens=max_tokens, seed=1)
-    for epoch in range(2):
-        loader.batch_sampler.set_epoch(epoch)
-        seen = epoch_pairs(loader, src_vocab, tgt_vocab, src_vocab.pad, max_tokens)
-        assert Counter(seen) == Counter(token_pairs)
-        assert len(seen) == len(token_pairs)
-    assert len(loader) == len(list(loader)) > 1
-
-
-def test_loader_batches_are_length_bucketed(corpus):
-    token_pairs, src_vocab, _, encoded = corpus
-    loader = make_loader(encoded, pad=src_vocab.pad, max_tokens=150, shuffle=False)
-    lengths = [max(b.src.size(1), b.tgt.size(1) + 1) for b in loader]
-    assert lengths == sorted(lengths)  # without shuffling: shortest first
-    # Padding is modest: buckets of similar length (the longest side of each pair is within the batch's width).
-    total_real = sum(encoded.lengths())
-    total_padded = sum(b.src.size(0) * max(b.src.size(1), b.tgt.size(1) + 1) for b in loader)
-    assert total_padded < 1.5 * total_real
-
-
-def test_loader_set_epoch_changes_order_deterministically(corpus):
-    _, src_vocab, _, encoded = corpus
-    pad = src_vocab.pad
-
-    def order(loader):
-        return [tuple(map(tuple, b.src.tolist())) for b in loader]
-
-    loader = make_loader(encoded, pad=pad, max_tokens=200, seed=3)
-    epoch0 = order(loader)
-    assert order(loader) == epoch0  # same epoch, same order
-    assert (
-        order(make_loader(encoded, pad=pad, max_tokens=200, seed=3)) == epoch0
-    )  # a fresh loader, same seed
-    loader.batch_sampler.set_epoch(1)
-    epoch1 = order(loader)
-    assert epoch1 != epoch0
-
-    def sentences(batches):
-        return Counter(tuple(unpad(list(r), pad)) for b in batches for r in b)
-
-    assert sentences(epoch1) == sentences(epoch0)
-    loader.batch_sampler.set_epoch(0)
-    assert order(loader) == epoch0
-    assert order(make_loader(encoded, pad=pad, max_tokens=200, seed=4)) != epoch0
-
-
-def test_loader_replicas_are_disjoint(corpus):
-    token_pairs, src_vocab, tgt_vocab, encoded = corpus
-    pad, max_tokens = src_vocab.pad, 120
-    index = {pair: i for i, pair in enumerate(token_pairs)}
-    assert len(index) == len(token_pairs)  # synthetic pairs are distinct
-    shards = []
-    for rank in range(2):
-        loader = make_loader(
-            encoded, pad=pad, max_tokens=max_tokens, seed=5, num_replicas=2, rank=rank
-        )
-        loader.batch_sampler.set_epoch(2)
-        shards.append(
-            [index[p] for p in epoch_pairs(loader, src_vocab, tgt_vocab, pad, max_tokens)]
-        )
-    a, b = shards
-    assert len(a) == len(set(a)) and len(b) == len(set(b))
-    assert set(a).isdisjoint(b)
-    assert len(
-        list(make_loader(encoded, pad=pad, max_tokens=max_tokens, num_replicas=2, rank=0))
-    ) == len(list(make_loader(encoded, pad=pad, max_tokens=max_tokens, num_replicas=2, rank=1)))
-    # Together they cover everything except at most the one batch dropped to give both processes as many batches.
-    full = make_loader(encoded, pad=pad, max_tokens=max_tokens, seed=5)
-    full.batch_sampler.set_epoch(2)
-    batches = [len(b.src) for b in full]
-    missing = len(token_pairs) - len(a) - len(b)
-    assert missing == 0 or (len(batches) % 2 == 1 and missing in batches)
-
-
-def test_loader_without_shuffle_is_the_same_every_epoch(corpus):
-    _, src_vocab, _, encoded = corpus
-    loader = make_loader(encoded, pad=src_vocab.pad, max_tokens=200, shuffle=False)
-    first = [b.src.tolist() for b in loader]
-    loader.batch_sampler.set_epoch(7)
-    assert [b.src.tolist() for b in loader] == first
-
-
 def test_end_to_end_from_local_server(dataset_dir, hashes, serve, tokenizers):
     "Download -> tokenize -> vocabularies -> batches, the way a training script would."
+    from annotated_transformer.batching import make_loader
+
     base_url, _ = serve(dataset_dir)
     de_tok, en_tok = tokenizers
     train = load_multi30k("train", base_url=base_url)
     val = load_multi30k("val", base_url=base_url)
-    src_train = tokenize_all([de for de, _ in train], de_tok, progress=False)
-    tgt_train = tokenize_all([en for _, en in train], en_tok, progress=False)
+    src_train = de_tok.tokenize([de for de, _ in train])
+    tgt_train = en_tok.tokenize([en for _, en in train])
     src_vocab, tgt_vocab = Vocab.build(src_train), Vocab.build(tgt_train)
     assert "Mann" in src_vocab.stoi and "man" in tgt_vocab.stoi
-    src_val = tokenize_all([de for de, _ in val], de_tok, progress=False)
-    tgt_val = tokenize_all([en for _, en in val], en_tok, progress=False)
+    src_val = de_tok.tokenize([de for de, _ in val])
+    tgt_val = en_tok.tokenize([en for _, en in val])
     encoded = encode_pairs(src_val, tgt_val, src_vocab, tgt_vocab)
     batches = list(make_loader(encoded, pad=src_vocab.pad, max_tokens=100, shuffle=False))
     assert sum(b.src.size(0) for b in batches) == len(val)
     for b in batches:
-        check_batch(b, src_vocab.pad, 100)
+        assert b.src.size(0) == 1 or b.src.numel() <= 100 and b.tgt_y.numel() <= 100
+        assert b.ntokens == int((b.tgt_y != src_vocab.pad).sum())
+    seen = sorted(tuple(row[row != src_vocab.pad].tolist()) for b in batches for row in b.src)
+    assert seen == sorted(tuple(src.tolist()) for src in encoded.src)  # every sentence once
+
+
+def test_sha256_of_file_hashes_the_bytes_and_remembers_nothing(tmp_path, multi30k_cache):
+    path = tmp_path / "own.txt"
+    path.write_bytes(b"eins\nzwei\n")
+    assert sha256_of_file(path) == hashlib.sha256(b"eins\nzwei\n").hexdigest()
+    assert not (multi30k_cache / STAMP_FILE).exists()  # your own files: hashed every time

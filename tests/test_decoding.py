@@ -1,13 +1,15 @@
 """Tests for annotated_transformer.decoding: the key/value cache, greedy and beam search.
 
 1. The cached decoder computes what `model.decode` computes, post-norm and pre-norm.
-2. Greedy search: cached = uncached, batch = one at a time, = Part 2's greedy_decode, per-sentence limits.
-3. Beam search: beam 1 = greedy, cached = uncached, batch = alone, exhaustive search on a tiny model,
-   the length penalty, hypotheses sorted.
-4. Models that are not Transformers (`begin_decoding`): both searches drive their decoder; beam search
-   stops as soon as beam_size hypotheses have finished, counted in decoder steps.
+2. Greedy search: cached = uncached, batch = one at a time, = greedy_decode, per-sentence limits.
+3. Beam search: beam 1 = greedy, cached = uncached, batch = alone, exhaustive search on a tiny
+   model, the length penalty, hypotheses sorted.
+4. Models that are not Transformers (`begin_decoding`): both searches drive their decoder; beam
+   search stops as soon as beam_size hypotheses have finished, counted in decoder steps.
 5. Bad input, a bad length penalty alpha included.
 6. A beam wider than the vocabulary (or than what banning leaves of it): the search stays exact.
+7. `greedy_decode`, the version to read: batch = one sentence at a time, end symbols, early stop,
+   errors.
 
 Checkpoint averaging, which used to live in decoding, is tested in tests/test_checkpoint.py.
 """
@@ -19,7 +21,8 @@ import math
 
 import pytest
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 from annotated_transformer.decoding import (
     CachedDecoder,
@@ -30,14 +33,18 @@ from annotated_transformer.decoding import (
     greedy_search,
     length_penalty,
 )
+from annotated_transformer.batching import copy_task_batches
+from annotated_transformer.decoding import greedy_decode
+from annotated_transformer.losses import LabelSmoothing, sequence_loss
 from annotated_transformer.model import ModelConfig, subsequent_mask
-from annotated_transformer.training import greedy_decode
+from annotated_transformer.training import noam_optimizer, run_epoch
 
 START, END, PAD = 1, 2, 0
 
 
 def random_model(norm_first: bool = False, vocab: int = 13, end_bias: float = -1.0, seed: int = 0):
-    "A small random model in eval mode; its end-symbol bias is set so that outputs end at different steps."
+    """A small random model in eval mode; its end-symbol bias is set so that outputs end at
+    different steps."""
     torch.manual_seed(seed)
     model = (
         ModelConfig(N=2, d_model=32, d_ff=64, h=4, dropout=0.1, norm_first=norm_first)
@@ -84,7 +91,8 @@ def test_cached_and_prefix_decoders_match_model_decode(norm_first: bool) -> None
 
 
 def test_the_cache_follows_table3s_narrow_keys_and_learned_positions() -> None:
-    "Keys of d_k = 3 features and values of d_model / h = 8 are cached apart; learned positions are looked up step by step."
+    """Keys of d_k = 3 features and values of d_model / h = 8 are cached apart; learned positions
+    are looked up step by step."""
     torch.manual_seed(0)
     model = (
         ModelConfig(N=2, d_model=32, d_ff=64, h=4, d_k=3, positions="learned").build(13, 13).eval()
@@ -374,7 +382,8 @@ def test_greedy_can_miss_what_beam_search_finds() -> None:
 
 
 def test_length_penalty() -> None:
-    "Part 3 checks alpha = 0, alpha = 1 and one token; here a fractional alpha and lengths in a tensor."
+    """Part 3 checks alpha = 0, alpha = 1 and one token; here a fractional alpha and lengths in a
+    tensor."""
     assert length_penalty(19, 0.5) == pytest.approx(2.0)
     torch.testing.assert_close(
         length_penalty(torch.tensor([1.0, 7.0, 19.0]), 1.0), torch.tensor([1.0, 2.0, 4.0])
@@ -383,7 +392,8 @@ def test_length_penalty() -> None:
 
 # =========================================================================== 4. other models
 class ScriptedDecoder:
-    "Whatever it is fed, prefers `script[t]` at step t, more confidently at each step; the end symbol is unlikely elsewhere."
+    """Whatever it is fed, prefers `script[t]` at step t, more confidently at each step; the end
+    symbol is unlikely elsewhere."""
 
     def __init__(self, script: list[int], rows: int, vocab: int):
         self.script, self.rows, self.vocab = script, rows, vocab
@@ -406,7 +416,8 @@ class ScriptedDecoder:
 
 
 class ScriptedModel:
-    "Not a Transformer: a model that starts decoding itself (as Part 8's recurrent models do), keeping its decoders."
+    """Not a Transformer: a model that starts decoding itself (as Part 8's recurrent models do),
+    keeping its decoders."""
 
     def __init__(self, script: list[int], vocab: int = 8):
         self.script, self.vocab, self.decoders = script, vocab, []
@@ -511,11 +522,12 @@ def test_an_alpha_whose_length_penalty_overflows_is_refused_before_decoding() ->
     assert len(model.decoders) == 1, "the second search began decoding before it checked alpha"
 
 
-# =========================================================================== 6. a beam wider than the vocabulary
+# ============================================================== 6. a beam wider than the vocabulary
 @pytest.mark.parametrize("K", [5, 7, 12])
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
 def test_a_beam_wider_than_the_vocabulary_matches_the_plain_reference(K: int, alpha: float) -> None:
-    "V = 4 < K: at the first steps there are fewer real candidates than beams; the rest stay at -inf and never surface."
+    """V = 4 < K: at the first steps there are fewer real candidates than beams; the rest stay at
+    -inf and never surface."""
     model = tiny_model(27)
     src, mask = torch.tensor([[1, 2, 3, 2]]), torch.ones(1, 1, 4, dtype=torch.bool)
     for max_len in (2, 3, 6):
@@ -528,10 +540,202 @@ def test_a_beam_wider_than_the_vocabulary_matches_the_plain_reference(K: int, al
 
 
 def test_a_beam_wider_than_what_is_left_after_banning_returns_every_output() -> None:
-    "Tokens 2 and 3 banned leave 0 and the end symbol 1: five outputs of at most 4 tokens, all of them found, best first."
+    """Tokens 2 and 3 banned leave 0 and the end symbol 1: five outputs of at most 4 tokens, all of
+    them found, best first."""
     model = tiny_model(27)
     src, mask = torch.tensor([[1, 2, 3, 2]]), torch.ones(1, 1, 4, dtype=torch.bool)
     found = beam_search(model, src, mask, 5, 0, 1, beam_size=8, alpha=0.6, banned=[2, 3])[0]
     assert sorted(t for t, _ in found) == [[0, 0, 0, 0], [0, 0, 0, 1], [0, 0, 1], [0, 1], [1]]
     scores = [s for _, s in found]
     assert scores == sorted(scores, reverse=True) and all(math.isfinite(s) for s in scores)
+
+
+# =========================================================================== 7. greedy_decode
+V = 11  # the copy task's vocabulary: 0 padding, 1 start, 2..10 content
+TINY = ModelConfig(N=1, d_model=16, d_ff=32, h=2, dropout=0.0)
+
+
+def copy_task_model(seed: int = 0):
+    torch.manual_seed(seed)
+    return TINY.build(V, V)
+
+
+@pytest.fixture(scope="module")
+def copy_model():
+    "A tiny model trained briefly on the copy task (a couple of seconds on a CPU)."
+    torch.manual_seed(0)
+    model = TINY.build(V, V)
+    opt, sched = noam_optimizer(model, 16, factor=1.0, warmup=50)
+    batches = copy_task_batches(V, 32, 150, seq_len=8, rng=torch.Generator().manual_seed(0))
+    loss = sequence_loss(LabelSmoothing(V, PAD, 0.0), model.generator)
+    run_epoch(batches, model, loss, opt, sched, progress=False)
+    model.eval()
+    return model
+
+
+def padded_sources():
+    rows = [[1, 5, 3, 9, 2, 7, 4], [1, 8, 6, 2], [1, 4, 4, 10, 3]]
+    src = torch.zeros(len(rows), max(map(len, rows)), dtype=torch.long)
+    for i, r in enumerate(rows):
+        src[i, : len(r)] = torch.tensor(r)
+    return rows, src
+
+
+@pytest.mark.parametrize("trained", [False, True], ids=["random", "copy-trained"])
+def test_greedy_decode_batch_equals_one_at_a_time(trained, request):
+    model = request.getfixturevalue("copy_model") if trained else copy_task_model(3).eval()
+    rows, src = padded_sources()
+    max_len = 9
+    ys = greedy_decode(model, src, (src != PAD).unsqueeze(-2), max_len, start_symbol=1)
+    assert ys.shape == (3, max_len) and ys.dtype == src.dtype
+    assert (ys[:, 0] == 1).all()
+    for i, r in enumerate(rows):
+        one = torch.tensor([r])
+        alone = greedy_decode(model, one, (one != PAD).unsqueeze(-2), max_len, start_symbol=1)
+        torch.testing.assert_close(ys[i : i + 1], alone)
+    if trained:  # the copy model has learned something: it copies more than chance (1 in 9) would
+        hits = sum(int(ys[i, j] == r[j]) for i, r in enumerate(rows) for j in range(1, len(r)))
+        assert hits >= 0.5 * sum(len(r) - 1 for r in rows)
+
+
+def test_greedy_decode_with_end_symbol_matches_one_at_a_time(copy_model):
+    rows, src = padded_sources()
+    max_len = 9
+    free = greedy_decode(copy_model, src, (src != PAD).unsqueeze(-2), max_len, start_symbol=1)
+    end = free[1, 2].item()  # a token row 1 produces early
+    ys = greedy_decode(
+        copy_model,
+        src,
+        (src != PAD).unsqueeze(-2),
+        max_len,
+        start_symbol=1,
+        end_symbol=end,
+        pad=PAD,
+    )
+    assert ys.size(0) == 3 and ys.size(1) <= max_len
+    for i, r in enumerate(rows):
+        one = torch.tensor([r])
+        alone = greedy_decode(
+            copy_model,
+            one,
+            (one != PAD).unsqueeze(-2),
+            max_len,
+            start_symbol=1,
+            end_symbol=end,
+            pad=PAD,
+        )
+        n = alone.size(1)
+        torch.testing.assert_close(ys[i, :n], alone[0])
+        assert (ys[i, n:] == PAD).all()
+        hits = (ys[i] == end).nonzero().flatten().tolist()
+        if hits:  # everything after the first end symbol is padding, and before it the free decode
+            first = hits[0]
+            assert (ys[i, first + 1 :] == PAD).all()
+            assert ys[i, : first + 1].tolist() == free[i, : first + 1].tolist()
+            assert alone.size(1) == first + 1  # a lone row stops at its end symbol
+        else:
+            assert ys[i].tolist() == free[i, : ys.size(1)].tolist()
+    assert (ys[1] == end).any()
+
+
+class Scripted(nn.Module):
+    """A stand-in model: row b emits script[b, t - 1] at step t (t tokens decoded so far). Counts
+    decoder calls."""
+
+    def __init__(self, vocab: int = 8):
+        super().__init__()
+        self.vocab, self.decode_calls = vocab, 0
+
+    def encode(self, src, src_mask):
+        return src.float().unsqueeze(-1)  # (B, S, 1): the script
+
+    def decode(self, memory, src_mask, tgt, tgt_mask):
+        self.decode_calls += 1
+        assert tgt_mask.shape[-2:] == (tgt.size(1), tgt.size(1))
+        t = tgt.size(1)
+        return memory[:, t - 1 : t].expand(-1, t, -1)  # (B, t, 1), last position = next token
+
+    def generator(self, out):
+        return F.one_hot(out.squeeze(-1).long(), self.vocab).float().log()
+
+
+def scripted_src():
+    # end symbol 4: row 0 ends at step 2, row 1 at step 3, row 2 at step 1
+    return torch.tensor(
+        [[5, 4, 3, 3, 3, 3, 3, 3, 3], [3, 6, 4, 3, 4, 3, 3, 3, 3], [4, 6, 6, 6, 6, 6, 6, 6, 6]]
+    )
+
+
+def test_greedy_decode_stops_rows_at_end_symbol_and_ends_early():
+    src = scripted_src()
+    m = Scripted()
+    ys = greedy_decode(
+        m,
+        src,
+        torch.ones(3, 1, 9, dtype=torch.bool),
+        max_len=10,
+        start_symbol=1,
+        end_symbol=4,
+        pad=0,
+    )
+    torch.testing.assert_close(ys, torch.tensor([[1, 5, 4, 0], [1, 3, 6, 4], [1, 4, 0, 0]]))
+    assert m.decode_calls == 3  # stopped once every row had ended, not after max_len - 1 steps
+
+
+def test_greedy_decode_without_pad_fills_with_end_symbol():
+    ys = greedy_decode(
+        Scripted(),
+        scripted_src(),
+        torch.ones(3, 1, 9, dtype=torch.bool),
+        max_len=10,
+        start_symbol=1,
+        end_symbol=4,
+    )
+    torch.testing.assert_close(ys, torch.tensor([[1, 5, 4, 4], [1, 3, 6, 4], [1, 4, 4, 4]]))
+
+
+def test_greedy_decode_runs_to_max_len_without_end_symbol():
+    m = Scripted()
+    ys = greedy_decode(
+        m, scripted_src(), torch.ones(3, 1, 9, dtype=torch.bool), max_len=6, start_symbol=1, pad=0
+    )
+    torch.testing.assert_close(
+        ys, torch.cat([torch.ones(3, 1, dtype=torch.long), scripted_src()[:, :5]], dim=1)
+    )
+    assert m.decode_calls == 5
+
+
+def test_greedy_decode_row_that_never_ends_reaches_max_len():
+    src = scripted_src()
+    src[1] = 3  # row 1 never emits the end symbol
+    ys = greedy_decode(
+        Scripted(),
+        src,
+        torch.ones(3, 1, 9, dtype=torch.bool),
+        max_len=7,
+        start_symbol=1,
+        end_symbol=4,
+        pad=0,
+    )
+    assert ys.shape == (3, 7)
+    torch.testing.assert_close(ys[1], torch.tensor([1, 3, 3, 3, 3, 3, 3]))
+    torch.testing.assert_close(ys[0], torch.tensor([1, 5, 4, 0, 0, 0, 0]))
+    torch.testing.assert_close(ys[2], torch.tensor([1, 4, 0, 0, 0, 0, 0]))
+
+
+def test_greedy_decode_max_len_one_is_the_start_symbol():
+    m = Scripted()
+    ys = greedy_decode(m, scripted_src(), None, max_len=1, start_symbol=2, end_symbol=4, pad=0)
+    torch.testing.assert_close(ys, torch.full((3, 1), 2))
+    assert m.decode_calls == 0
+
+
+def test_greedy_decode_rejects_start_symbol_equal_to_pad():
+    with pytest.raises(ValueError, match="start_symbol=0 is the padding id"):
+        greedy_decode(Scripted(), scripted_src(), None, 5, start_symbol=0, pad=0)
+
+
+@pytest.mark.parametrize("max_len", [0, -1])
+def test_greedy_decode_rejects_max_len_below_one(max_len):
+    with pytest.raises(ValueError, match=f"max_len must be at least 1, got {max_len}"):
+        greedy_decode(Scripted(), scripted_src(), None, max_len, start_symbol=1)

@@ -3,12 +3,15 @@
 What is checked:
 1. Equivalence with PyTorch's own Transformer blocks (identical weights, dropout 0, float32, 1e-5),
    for post-norm and pre-norm.
-2. The fast attention path (SDPA) against the readable `attention()` path, fully masked rows included.
+2. The fast attention path (SDPA) against the readable `attention()` path, fully masked rows
+   included.
 3. Shapes of every block; 4. the model's maximum length; 5. causality and padding invariance;
-6. parameter counts and weight tying; 7. clear errors on bad input, nonsensical sizes and dropout included
-   (refused by `make_model` before it builds anything, and by `ModelConfig` when made); 8. `subsequent_mask`;
-9. Table 3's variations: narrower keys (d_k) and learned positions change exactly the parameters they name.
-The values of eq. (4) and the embedding scale are checked where Part 1 shows them (nbs/01_model.ipynb).
+6. parameter counts and weight tying; 7. clear errors on bad input, nonsensical sizes and dropout
+   included, and sizes beyond MAX_SIZES (refused by `make_model` before it builds anything, and by
+   `ModelConfig` when made); 8. Table 3's variations: narrower keys (d_k) and learned positions
+   change exactly the parameters they name. The values of eq. (4), the embedding scale and
+   `subsequent_mask` are checked where Part 1 shows them (nbs/01_model.ipynb); the named sizes in
+   tests/test_config.py; `attention_weights` in tests/test_visualization.py.
 
 Everything runs on a CPU in a few seconds and needs no data or network.
 """
@@ -22,7 +25,9 @@ import pytest
 import torch
 from torch import nn
 
+from annotated_transformer.config import preset
 from annotated_transformer.model import (
+    MAX_SIZES,
     Decoder,
     DecoderLayer,
     Embeddings,
@@ -35,6 +40,7 @@ from annotated_transformer.model import (
     PositionalEncoding,
     PositionwiseFeedForward,
     attention,
+    check_sizes,
     count_parameters,
     make_model,
     subsequent_mask,
@@ -54,7 +60,8 @@ def _seed():
 
 
 def randomize_(module: nn.Module) -> nn.Module:
-    "Give every parameter (LayerNorm weights and biases included) distinct random values, so a mis-copied weight shows."
+    """Give every parameter (LayerNorm weights and biases included) distinct random values, so a
+    mis-copied weight shows."""
     with torch.no_grad():
         for p in module.parameters():
             p.normal_(0.0, 0.2)
@@ -62,7 +69,8 @@ def randomize_(module: nn.Module) -> nn.Module:
 
 
 def key_mask(lengths: list[int], S: int) -> torch.Tensor:
-    "Our padding mask (B, 1, S), True = real token (may be attended); sequence b has lengths[b] real tokens, then padding."
+    """Our padding mask (B, 1, S), True = real token (may be attended); sequence b has lengths[b]
+    real tokens, then padding."""
     return (torch.arange(S)[None, :] < torch.tensor(lengths)[:, None]).unsqueeze(1)
 
 
@@ -100,7 +108,8 @@ def copy_norm(ours: nn.LayerNorm, theirs: nn.LayerNorm) -> None:
 
 @torch.no_grad()
 def copy_attention(ours: MultiHeadedAttention, theirs: nn.MultiheadAttention) -> None:
-    "Our separate w_q, w_k, w_v are the three row blocks of PyTorch's packed in_proj; w_o is out_proj."
+    """Our separate w_q, w_k, w_v are the three row blocks of PyTorch's packed in_proj; w_o is
+    out_proj."""
     theirs.in_proj_weight.copy_(torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight]))
     theirs.in_proj_bias.copy_(torch.cat([ours.w_q.bias, ours.w_k.bias, ours.w_v.bias]))
     copy_linear(ours.w_o, theirs.out_proj)
@@ -132,9 +141,10 @@ def torch_encoder_layer(norm_first: bool) -> nn.TransformerEncoderLayer:
     )
 
 
-# Each comparison runs twice: in train mode with autograd on (dropout is 0, so this is deterministic;
-# PyTorch runs its plain reference code) and in eval mode under no_grad (PyTorch may take its fused
-# "fast path", a different implementation, which is what inference with PyTorch would use).
+# Each comparison runs twice: in train mode with autograd on (dropout is 0, so this is
+# deterministic; PyTorch runs its plain reference code) and in eval mode under no_grad (PyTorch may
+# take its fused "fast path", a different implementation, which is what inference with PyTorch would
+# use).
 MODES = pytest.mark.parametrize("mode", ["train", "eval-no-grad"])
 
 
@@ -157,7 +167,8 @@ def test_encoder_layer_matches_pytorch(norm_first, mode):
     B, S = 3, 7
     x = torch.randn(B, S, D_MODEL)
     keep = key_mask([7, 4, 1], S)  # True = real token
-    # Only keys are masked; padded query rows still attend to the real tokens, so every row is defined.
+    # Only keys are masked; padded query rows still attend to the real tokens, so every row is
+    # defined.
     with set_mode(mode, ours, theirs):
         expected = theirs(x, src_key_padding_mask=~keep[:, 0])
         actual = ours(x, keep)
@@ -192,12 +203,12 @@ def test_decoder_layer_matches_pytorch(norm_first, padding, mode):
         )
         actual = ours(x, memory, src_keep, tgt_mask)
     assert torch.isfinite(actual).all()
-    # With right padding every query row keeps at least key 0, so all rows are well defined and compared.
-    # With left padding the first query rows of a padded sequence attend to nothing at all (causal mask
-    # AND padding). Ours gives them zero attention weights (finite output); PyTorch's train path does
-    # too, but its eval/no-grad fast path gives NaN there. Those rows are padding whose outputs are never
-    # used (no later real position can attend to them either), so only the real target positions are
-    # compared.
+    # With right padding every query row keeps at least key 0, so all rows are well defined and
+    # compared. With left padding the first query rows of a padded sequence attend to nothing at all
+    # (causal mask AND padding). Ours gives them zero attention weights (finite output); PyTorch's
+    # train path does too, but its eval/no-grad fast path gives NaN there. Those rows are padding
+    # whose outputs are never used (no later real position can attend to them either), so only the
+    # real target positions are compared.
     rows = tgt_keep[:, 0]  # (B, T): real target positions
     torch.testing.assert_close(actual[rows], expected[rows], **TOL)
     if padding == "right":
@@ -241,7 +252,8 @@ def test_multi_headed_attention_matches_pytorch(kind, masked, mode):
 def test_encoder_stack_matches_pytorch(norm_first, mode):
     N = 2
     ours = randomize_(Encoder(EncoderLayer(D_MODEL, our_mha(), our_ffn(), 0.0, norm_first), N))
-    # Post-norm: no final norm on either side. Pre-norm: ours ends with a LayerNorm, so PyTorch gets one too.
+    # Post-norm: no final norm on either side. Pre-norm: ours ends with a LayerNorm, so PyTorch gets
+    # one too.
     final_norm = nn.LayerNorm(D_MODEL) if norm_first else None
     assert isinstance(ours.norm, nn.LayerNorm if norm_first else nn.Identity)
     theirs = nn.TransformerEncoder(
@@ -262,7 +274,7 @@ def test_encoder_stack_matches_pytorch(norm_first, mode):
     torch.testing.assert_close(actual, expected, **TOL)
 
 
-# --------------------------------------------------------------------------- 2. fast path vs readable path
+# -------------------------------------------------------------------- 2. fast path vs readable path
 
 
 def _masks(B: int, Lq: int, Lk: int) -> dict[str, torch.Tensor | None]:
@@ -358,7 +370,7 @@ def test_block_shapes():
 
 @pytest.mark.parametrize("max_len", [3, 5000])
 def test_max_len_is_the_positional_table_length(max_len):
-    model = replace(ModelConfig.preset("tiny"), max_len=max_len).build(11, 11).eval()
+    model = replace(preset("tiny"), max_len=max_len).build(11, 11).eval()
     assert model.max_len == max_len
     assert model.src_embed[1].max_len == model.tgt_embed[1].max_len == max_len
 
@@ -383,11 +395,11 @@ def test_max_len_of_unequal_tables_is_the_shorter():
     assert model.max_len == 4
 
 
-# --------------------------------------------------------------------------- 5. causality and padding invariance
+# -------------------------------------------------------------- 5. causality and padding invariance
 
 
 def tiny_model(norm_first: bool, vocab: int = 13) -> EncoderDecoder:
-    return replace(ModelConfig.preset("tiny"), norm_first=norm_first).build(vocab, vocab).eval()
+    return replace(preset("tiny"), norm_first=norm_first).build(vocab, vocab).eval()
 
 
 @NORM_FIRST
@@ -447,13 +459,14 @@ def _assert_tied(model: EncoderDecoder) -> None:
 
 
 def test_parameter_count_base_shared():
-    model = replace(ModelConfig.preset("base"), share_embeddings=True).build(37000, 37000)
+    model = replace(preset("base"), share_embeddings=True).build(37000, 37000)
     _assert_tied(model)
     assert count_parameters(model) == 63_119_496  # ≈ 63.1M
 
 
 def test_table3_variations_change_exactly_the_parameters_they_name():
-    "(B): narrower queries and keys in all 3N attentions; (E): a learned table per side, max_len x d_model each."
+    """(B): narrower queries and keys in all 3N attentions; (E): a learned table per side, max_len x
+    d_model each."""
     D, h, N, max_len, vocab = 64, 4, 2, 50, 30
     plain = count_parameters(
         make_model(vocab, vocab, N=N, d_model=D, d_ff=128, h=h, max_len=max_len)
@@ -490,7 +503,7 @@ def test_learned_positions_train_and_sinusoids_do_not():
 
 def test_parameter_count_big_shared_on_meta():
     with torch.device("meta"):
-        model = replace(ModelConfig.preset("big"), share_embeddings=True).build(37000, 37000)
+        model = replace(preset("big"), share_embeddings=True).build(37000, 37000)
     assert model.src_embed[0].lut.weight.is_meta
     _assert_tied(model)
     assert count_parameters(model) == 214_282_376  # ≈ 214.3M
@@ -552,8 +565,9 @@ def test_error_token_id_outside_vocabulary(bad_id):
 
 
 def test_model_compiles_to_one_graph_for_changing_shapes():
-    # Part 6: no `if` on a tensor's value in the forward pass (the id check is CPU-eager only), so torch.compile
-    # captures the whole model as one graph; fullgraph=True turns any graph break into an error.
+    # Part 6: no `if` on a tensor's value in the forward pass (the id check is CPU-eager only), so
+    # torch.compile captures the whole model as one graph; fullgraph=True turns any graph break into
+    # an error.
     from torch._dynamo.utils import counters
 
     model = make_model(20, 20, N=2, d_model=D_MODEL, d_ff=D_FF, h=N_HEADS).eval()
@@ -578,11 +592,6 @@ def test_model_compiles_to_one_graph_for_changing_shapes():
 def test_error_share_embeddings_with_different_vocabs():
     with pytest.raises(ValueError, match=r"src_vocab=10 and tgt_vocab=12"):
         make_model(10, 12, N=1, d_model=D_MODEL, d_ff=D_FF, h=N_HEADS, share_embeddings=True)
-
-
-def test_error_unknown_preset():
-    with pytest.raises(ValueError, match=r"unknown model preset 'huge'.*'base'.*'big'.*'tiny'"):
-        ModelConfig.preset("huge")
 
 
 SIZES = dict(
@@ -624,7 +633,8 @@ def nothing_built(monkeypatch):
 @pytest.mark.parametrize("name, value", NOT_POSITIVE + [("src_vocab", 0), ("tgt_vocab", -5)])
 def test_error_make_model_size_below_one(name, value, nothing_built):
     args = dict(src_vocab=11, tgt_vocab=11, **SIZES) | {name: value}
-    with pytest.raises(ValueError, match=rf"^{name} must be at least 1, got {name}={value}$"):
+    most = f"{MAX_SIZES[name]:,}"
+    with pytest.raises(ValueError, match=rf"^{name} must be from 1 to {most}, got {name}={value}$"):
         make_model(**args)
 
 
@@ -660,11 +670,12 @@ CONFIG_ERRORS = (
 
 @pytest.mark.parametrize("name, value, error", CONFIG_ERRORS, ids=str)
 def test_error_model_config_refused_when_made(name, value, error):
-    # ModelConfig checks in __post_init__: a bad preset override, command-line flag or checkpoint config fails at once
+    # ModelConfig checks in __post_init__: a bad preset override, command-line flag or checkpoint
+    # config fails at once
     with pytest.raises(error, match=rf"^{name} must .*, got {name}={re.escape(repr(value))}$"):
         ModelConfig(**SIZES | {name: value})
     with pytest.raises(error, match=rf"{name}={re.escape(repr(value))}"):
-        replace(ModelConfig.preset("tiny"), **{name: value})
+        replace(preset("tiny"), **{name: value})
 
 
 def test_error_unknown_positions_refused_when_made(nothing_built):
@@ -683,13 +694,24 @@ def test_error_model_config_heads_must_divide_d_model_when_made():
         ModelConfig(d_model=100, h=8)  # before: accepted, failing only at .build()
 
 
-# --------------------------------------------------------------------------- 8. subsequent_mask
+@pytest.mark.parametrize("name", sorted(MAX_SIZES))
+def test_error_make_model_size_above_its_maximum(name, nothing_built):
+    "A size beyond MAX_SIZES (a crafted or mistyped configuration) is refused before building."
+    value = MAX_SIZES[name] + 1
+    args = dict(src_vocab=11, tgt_vocab=11, **SIZES) | {name: value}
+    most = f"{MAX_SIZES[name]:,}"
+    with pytest.raises(ValueError, match=rf"^{name} must be from 1 to {most}, got {name}={value}$"):
+        make_model(**args)
+    if name not in ("src_vocab", "tgt_vocab"):  # made, not built: refused at once
+        with pytest.raises(ValueError, match=rf"^{name} must be from 1 to {most}, got "):
+            ModelConfig(**SIZES | {name: value})
 
 
-@pytest.mark.parametrize("size", [1, 5])
-def test_subsequent_mask(size):
-    m = subsequent_mask(size)
-    assert m.shape == (1, size, size)
-    assert m.dtype == torch.bool
-    i, j = torch.meshgrid(torch.arange(size), torch.arange(size), indexing="ij")
-    assert torch.equal(m[0], j <= i)  # lower triangular, diagonal included
+def test_check_sizes_names_the_first_bad_size():
+    check_sizes(N=MAX_SIZES["N"], d_model=1, h=MAX_SIZES["h"])  # the bounds themselves are sizes
+    with pytest.raises(ValueError, match="^N must be from 1 to 48, got N=0$"):
+        check_sizes(N=0, d_model=-1)
+    with pytest.raises(TypeError, match="^d_model must be an integer, got d_model=2.0$"):
+        check_sizes(N=1, d_model=2.0)
+    with pytest.raises(ValueError, match="^d_ff must be from 1 to 32,768, got d_ff=10000000000$"):
+        check_sizes(d_ff=10**10)

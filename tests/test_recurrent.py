@@ -1,18 +1,21 @@
 """Tests for annotated_transformer.recurrent (Part 8) and `annotated-transformer train --arch`.
 
-What is checked (beyond nbs/08_recurrent.ipynb, whose checks cover the attention score by hand, the configuration's
-errors, the shapes, one step of the lexical model, and step-by-step decoding against teacher forcing):
-1. Masking: padding never receives attention, and padding a sentence further changes none of its outputs (the
-   encoder reads each sentence to its own length), for every architecture and depth.
-2. The lexical model: at every step its extra features are tanh(W f) + f, f being the attention-weighted average of
-   the source embeddings.
-3. Decoding: the recurrent decoder's steps equal teacher forcing, after `select` reorders and drops rows too; beam
-   search with a beam of one returns greedy search's output, with banned tokens as well.
+What is checked (beyond nbs/18_recurrent.ipynb, whose checks cover the attention score by hand, the
+configuration's errors, the shapes, one step of the lexical model, and step-by-step decoding against
+teacher forcing):
+1. Masking: padding never receives attention, and padding a sentence further changes none of its
+   outputs (the encoder reads each sentence to its own length), for every architecture and depth.
+2. The lexical model: at every step its extra features are tanh(W f) + f, f being the
+   attention-weighted average of the source embeddings.
+3. Decoding: the recurrent decoder's steps equal teacher forcing, after `select` reorders and drops
+   rows too; beam search with a beam of one returns greedy search's output, with banned tokens as
+   well.
 4. Training: run_epoch with label smoothing lowers the loss of each architecture on a toy task.
-5. The command line: `train --arch lstm|lexical` with layer counts and `--train-pairs`, a checkpoint round trip
-   (same weights, same configuration, evaluate and translate work), and one-line errors for flags that do not apply,
-   a resumed run of another architecture, more training pairs than there are; `translate --attention` and Part 7's
-   `sentence_attention` draw a recurrent model's attention over the source.
+5. The command line: `train --arch lstm|lexical` with layer counts and `--train-pairs`, a checkpoint
+   round trip (same weights, same configuration, evaluate and translate work), and one-line errors
+   for flags that do not apply, a resumed run of another architecture, more training pairs than
+   there are; `translate --attention` and `Translator.attention` draw a recurrent model's attention
+   over the source.
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from annotated_transformer.checkpoint import load_checkpoint, model_from_checkpoint
+from annotated_transformer.batching import Batch
+from annotated_transformer.checkpoint import load_checkpoint
 from annotated_transformer.cli import main
 from annotated_transformer.decoding import beam_search, greedy_search
+from annotated_transformer.losses import LabelSmoothing, sequence_loss
 from annotated_transformer.recurrent import ARCHS, RecurrentConfig, RecurrentEncoderDecoder
-from annotated_transformer.training import Batch, LabelSmoothing, run_epoch
+from annotated_transformer.training import run_epoch
 
 DEPTHS = [(1, 1), (2, 3)]  # the baseline and the deeper variant
 
@@ -127,7 +132,7 @@ def test_run_epoch_trains_every_architecture(arch: str) -> None:
     data = torch.randint(3, 12, (16, 6))
     data[:, 0] = 1
     batches = [Batch(data, data, pad=0)]  # the copy task
-    criterion = LabelSmoothing(12, padding_idx=0, smoothing=0.1)
+    criterion = sequence_loss(LabelSmoothing(12, padding_idx=0, smoothing=0.1), model.generator)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     before, _ = run_epoch(batches, model, criterion, progress=False)
     for _ in range(100):
@@ -136,7 +141,7 @@ def test_run_epoch_trains_every_architecture(arch: str) -> None:
     assert after < 0.5 * before, (before, after)
 
 
-# ====================================================================================================== the command line
+# =============================================================================== the command line
 TRAIN = ["--max-tokens", "400", "--warmup", "20", "--quiet", "--epochs", "1"]
 
 
@@ -166,8 +171,8 @@ def test_train_a_deeper_lexical_model_and_use_its_checkpoint(
         == 0
     )
     ckpt = load_checkpoint(out / "last.pt")
-    assert ckpt["config"]["model"]["arch"] == "lexical" and ckpt["config"]["train_pairs"] == 100
-    model, src_vocab, _ = model_from_checkpoint(ckpt)
+    assert ckpt.config.model.arch == "lexical" and ckpt.config.train_pairs == 100
+    model = ckpt.build_model()
     assert isinstance(model, RecurrentEncoderDecoder) and (
         model.config.enc_layers,
         model.config.dec_layers,
@@ -178,7 +183,7 @@ def test_train_a_deeper_lexical_model_and_use_its_checkpoint(
         and model.lexical is not None
     )
     for name, value in model.state_dict().items():
-        torch.testing.assert_close(value, ckpt["model"][name])
+        torch.testing.assert_close(value, ckpt.model[name])
     capsys.readouterr()
     assert (
         main(
@@ -226,7 +231,7 @@ def test_train_a_deeper_lexical_model_and_use_its_checkpoint(
         )
         == 0
     )
-    assert load_checkpoint(out / "last.pt")["epoch"] == 2
+    assert load_checkpoint(out / "last.pt").epoch == 2
 
 
 @pytest.mark.parametrize(
@@ -378,10 +383,12 @@ def test_translate_saves_a_recurrent_model_s_attention(
     assert not (tmp_path / "b.png").exists()
 
 
-def test_sentence_attention_of_a_recurrent_model_is_its_attention_over_the_source() -> None:
-    # Part 7's sentence_attention takes the maps a recurrent model collects itself: one layer, one head, over the source
-    from annotated_transformer.data import SPECIALS, Vocab
-    from annotated_transformer.visualization import sentence_attention
+def test_the_attention_of_a_recurrent_model_is_its_attention_over_the_source() -> None:
+    # Translator.attention takes the maps a recurrent model collects itself: one layer, one head,
+    # over the source
+    from annotated_transformer.data import SPECIALS, SpacyTokenizer, Vocab
+    from annotated_transformer.translation import Translator
+    from annotated_transformer.visualization import AttentionView
 
     src_vocab, tgt_vocab = (
         Vocab([*SPECIALS, "Ein", "Hund", "läuft", "."]),
@@ -393,9 +400,9 @@ def test_sentence_attention_of_a_recurrent_model_is_its_attention_over_the_sourc
         .build(len(src_vocab), len(tgt_vocab))
         .train()
     )
-    maps = sentence_attention(
-        model, "Ein Hund läuft.", src_vocab, tgt_vocab, translation=["A", "dog", "runs", "."]
-    )
+    words = SpacyTokenizer("de"), SpacyTokenizer("en")
+    translator = Translator(model, src_vocab, tgt_vocab, *words)
+    maps = translator.attention("Ein Hund läuft.", translation=["A", "dog", "runs", "."])
     assert not model.training  # the maps are dropout-free
     assert (maps.src_tokens, maps.tgt_tokens) == (
         ["<s>", "Ein", "Hund", "läuft", ".", "</s>"],
@@ -407,5 +414,6 @@ def test_sentence_attention_of_a_recurrent_model_is_its_attention_over_the_sourc
         maps.weights["decoder_src"],
         model.run(src, tgt, torch.ones(1, 1, 6, dtype=torch.bool))[1][None],
     )
-    page = maps.to_html()  # Part 7's interactive view offers the one kind there is
+    # the interactive view offers the one kind there is
+    page = AttentionView([maps]).to_html()
     assert '<option value="decoder_src">' in page and '<option value="encoder">' not in page

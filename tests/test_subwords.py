@@ -1,15 +1,18 @@
 """Tests for annotated_transformer.subwords.
 
 What is checked:
-1. The teaching byte-pair encoding against subword-nmt, the reference implementation: the same merges in the same
-   order on made-up corpora (random words over small alphabets, which make many ties, repeated letters and early
-   stops; synthetic German-English sentences), for several `min_frequency`; the same segmentation of every word of
-   the corpus and of unseen words, once our "</w>" pieces are written in its "@@" notation.
-2. `SubwordTokenizer`: the exact text back from its pieces for odd text (Unicode, characters never seen in training,
-   extra spaces, tabs, line breaks, a literal ▁, "t-shirt"), never <unk>, the same model for the same texts, its
-   `pieces()`, a `state_dict` that `torch.load(weights_only=True)` reads, damaged or foreign states refused, and
-   `vocab_size` too large or too small and empty input refused with the bounds that hold.
-3. `shared_vocab`: the special tokens first, then every piece, nothing unknown, no special token learned as a piece.
+1. The teaching byte-pair encoding against subword-nmt, the reference implementation: the same
+   merges in the same order on made-up corpora (random words over small alphabets, which make many
+   ties, repeated letters and early stops; synthetic German-English sentences), for several
+   `min_frequency`; the same segmentation of every word of the corpus and of unseen words, once our
+   "</w>" pieces are written in its "@@" notation.
+2. `SubwordTokenizer`: the exact text back from its pieces for odd text (Unicode, characters never
+   seen in training, extra spaces, tabs, line breaks, a literal ▁, "t-shirt"), never <unk>, the same
+   model for the same texts, its `pieces()`, a `state_dict` that `torch.load(weights_only=True)`
+   reads, damaged or foreign states refused, and `vocab_size` too large or too small and empty input
+   refused with the bounds that hold.
+3. `shared_vocab`: the special tokens first, then every piece, nothing unknown, no special token
+   learned as a piece.
 
 Everything is made here: no ../shared folder, no network.
 """
@@ -28,7 +31,7 @@ from subword_nmt.apply_bpe import BPE
 from subword_nmt.learn_bpe import learn_bpe as reference_learn_bpe
 from synthetic import sampled_pairs
 
-from annotated_transformer.data import SPECIALS
+from annotated_transformer.data import SPECIALS, Tokenizer
 from annotated_transformer.subwords import (
     LITERAL_MARK,
     SubwordTokenizer,
@@ -36,12 +39,13 @@ from annotated_transformer.subwords import (
     learn_bpe,
     merge_ranks,
     shared_vocab,
+    train_bpe_model,
     with_separator,
     word_counts,
 )
 
 
-# =========================================================================== the teaching BPE against subword-nmt
+# ============================================================= the teaching BPE against subword-nmt
 def reference_merges(
     sentences: list[str], num_merges: int, min_frequency: int = 2
 ) -> tuple[list[tuple[str, str]], str]:
@@ -69,7 +73,8 @@ def random_sentences(seed: int, alphabet: str, n: int = 300) -> list[str]:
 
 
 def synthetic_sentences() -> list[str]:
-    "Both sides of 300 synthetic German-English pairs, tokenized as subword-nmt expects (the final period apart)."
+    """Both sides of 300 synthetic German-English pairs, tokenized as subword-nmt expects (the final
+    period apart)."""
     return [side.replace(".", " .") for pair in sampled_pairs(300) for side in pair]
 
 
@@ -176,7 +181,9 @@ def test_the_text_comes_back_exactly(tokenizer: SubwordTokenizer, text: str) -> 
 def test_tokenize_takes_many_texts_and_keeps_their_order(tokenizer: SubwordTokenizer) -> None:
     one_by_one = [tokenizer.tokenize([text])[0] for text in ODD_TEXTS]
     assert tokenizer.tokenize(ODD_TEXTS) == one_by_one
+    assert tokenizer.tokenize(ODD_TEXTS, progress=True) == one_by_one  # a Tokenizer's signature
     assert tokenizer.tokenize([]) == []
+    assert isinstance(tokenizer, Tokenizer)  # data's interface: a run's tokenizer either way
 
 
 def test_nothing_is_unknown_unseen_characters_become_bytes(tokenizer: SubwordTokenizer) -> None:
@@ -218,6 +225,7 @@ def test_pieces_lists_every_piece_but_the_special_tokens(tokenizer: SubwordToken
 
 def test_training_is_deterministic(texts: list[str], tokenizer: SubwordTokenizer) -> None:
     assert SubwordTokenizer.train(texts, vocab_size=400).model == tokenizer.model
+    assert train_bpe_model(texts, vocab_size=400) == tokenizer.model  # the serialized model
     assert SubwordTokenizer.train(texts[::-1], vocab_size=400).pieces() == tokenizer.pieces()
     assert SubwordTokenizer.train(texts, vocab_size=401).model != tokenizer.model
 

@@ -1,272 +1,259 @@
-"""Tests for annotated_transformer.translation and .trainer, and the `annotated-transformer` console command.
+"""Tests for annotated_transformer.translation: text in, text out; and the package's layering.
 
-They train on the synthetic German-English pairs that conftest.py's `data_dir` fixture writes as
-Multi30k-named .gz files to a temporary folder: no network and no ../shared needed.
+1. `Translator` gives today's outputs on a fixed model (a seeded random model, fixed vocabularies):
+   the tokens, scores and BLEU below were computed with version 0.2's `translate`,
+   `translate_nbest` and `bleu` functions, which the Translator replaced.
+2. Batches translate like single sentences; <unk> is banned unless allowed; empty and too long
+   sentences are refused; `Search` and `nbest` refuse what they cannot do.
+3. From a checkpoint: the model in eval mode, its tokenizers, averaged epochs.
+4. Detokenizing and BLEU.
+5. Each module imports only from the modules above it in the package docstring's list.
 """
 
 from __future__ import annotations
 
-import io
-import json
-import sys
+import ast
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
-from annotated_transformer.cli import main
-from annotated_transformer.data import load_multi30k, load_tokenizers, tokenize_all
+import annotated_transformer
+from annotated_transformer.checkpoint import average_last, load_checkpoint
+from annotated_transformer.data import SPECIALS, SpacyTokenizer, Vocab, load_tokenizers
 from annotated_transformer.model import ModelConfig
-from annotated_transformer.checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint
-from annotated_transformer.trainer import TrainConfig, train
-from annotated_transformer.translation import bleu, detokenize, translate
+from annotated_transformer.subwords import SubwordTokenizer
+from annotated_transformer.translation import GREEDY, Search, Translator, bleu
 
-TRAIN_ARGS = ["--model", "tiny", "--max-tokens", "400", "--warmup", "20", "--quiet"]
+SOURCES = [
+    "Ein Mann sieht einen Ball.",
+    "Ein Hund im Park.",
+    "Ein Hund sieht einen Mann im Park.",
+    "Eine Katze sieht einen Ball.",  # two words the model does not know
+]
+REFERENCES = [
+    "A man sees a ball.",
+    "A dog in the park.",
+    "A dog sees a man in the park.",
+    "A cat sees a ball.",
+]
 
 
-def test_cli_train_resume_evaluate_translate(
-    data_dir: Path, tmp_path: Path, capsys, monkeypatch
-) -> None:
-    out = tmp_path / "run"
-    assert (
-        main(
-            ["train", "--out", str(out), "--data-dir", str(data_dir), "--epochs", "2", *TRAIN_ARGS]
-        )
-        == 0
+def fixed_translator() -> Translator:
+    "A random model of seed 4 (two layers, d_model 32) whose end symbol is a little likelier."
+    src_vocab = Vocab(
+        [*SPECIALS, "Ein", "Mann", "Hund", "sieht", "einen", "Ball", "im", "Park", "."]
     )
-    assert sorted(p.name for p in out.glob("*.pt")) == ["epoch1.pt", "epoch2.pt", "last.pt"]
-    assert not list(out.glob(".*.tmp")), "no temporary checkpoint file is left behind"
-    first = load_checkpoint(out / "last.pt")
-    assert first["epoch"] == 2 and len(first["history"]) == 2  # epochs completed
-
-    # --resume takes the configuration from the checkpoint: only the new number of epochs is given
-    assert (
-        main(
-            [
-                "train",
-                "--out",
-                str(out),
-                "--data-dir",
-                str(data_dir),
-                "--epochs",
-                "3",
-                "--resume",
-                "--quiet",
-            ]
-        )
-        == 0
-    )
-    resumed = load_checkpoint(out / "last.pt")
-    assert resumed["epoch"] == 3 and [h["epoch"] for h in resumed["history"]] == [1, 2, 3]
-    assert resumed["train_state"]["optimizer_steps"] > first["train_state"]["optimizer_steps"]
-    assert (
-        resumed["src_vocab"] == first["src_vocab"]
-    )  # the vocabulary is the checkpoint's, not rebuilt
-    capsys.readouterr()
-    assert (
-        main(
-            [
-                "train",
-                "--out",
-                str(out),
-                "--data-dir",
-                str(data_dir),
-                "--epochs",
-                "4",
-                "--resume",
-                "--model",
-                "base",
-            ]
-        )
-        == 1
-    )
-    assert "another configuration than" in capsys.readouterr().err
-    capsys.readouterr()
-
-    assert (
-        main(
-            [
-                "evaluate",
-                "--checkpoint",
-                str(out / "last.pt"),
-                "--split",
-                "test2016",
-                "--data-dir",
-                str(data_dir),
-            ]
-        )
-        == 0
-    )
-    report = capsys.readouterr().out
-    assert (
-        "test2016 (16 sentences, greedy): sacreBLEU" in report
-        and "tok:13a" in report
-        and "tokenized lowercased BLEU" in report
-    )
-
-    assert (
-        main(
-            [
-                "translate",
-                "--checkpoint",
-                str(out / "last.pt"),
-                "Ein Mann sieht einen Ball.",
-                "Ein Hund hat ein Auto.",
-            ]
-        )
-        == 0
-    )
-    assert len(capsys.readouterr().out.strip().splitlines()) == 2
-
-    monkeypatch.setattr(
-        sys, "stdin", io.StringIO("Eine Frau mag einen Baum.\n\nEin Kind sieht ein Haus im Park.\n")
-    )
-    assert main(["translate", "--checkpoint", str(out / "last.pt")]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert (
-        len(lines) == 3 and lines[0] and lines[1] == "" and lines[2]
-    )  # one line per input line: an empty one stays empty
-
-    # beam search and checkpoint averaging (the decoding chapter)
-    args = [
-        "--checkpoint",
-        str(out / "last.pt"),
-        "--beam",
-        "3",
-        "--alpha",
-        "1.0",
-        "--average-last",
-        "2",
-    ]
-    assert main(["evaluate", *args, "--data-dir", str(data_dir), "--quiet"]) == 0
-    assert (
-        "(16 sentences, beam 3, alpha 1.0, average of the last 2 epochs): sacreBLEU"
-        in capsys.readouterr().out
-    )
-    assert main(["translate", *args, "Ein Mann sieht einen Ball."]) == 0
-    assert len(capsys.readouterr().out.strip().splitlines()) == 1
-    assert (
-        main(
-            ["translate", "--checkpoint", str(out / "last.pt"), "--average-last", "4", "Ein Mann."]
-        )
-        == 1
-    )
-    assert "from epoch 3: there are not 4 epochs to average" in capsys.readouterr().err
-    (out / "epoch1.pt").unlink()
-    assert (
-        main(
-            ["translate", "--checkpoint", str(out / "last.pt"), "--average-last", "3", "Ein Mann."]
-        )
-        == 1
-    )
-    assert "needs epoch1.pt beside it" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["translate", "--checkpoint", str(out / "last.pt"), "--beam", "0", "Ein Mann."])
-
-
-def test_resume_reaches_the_uninterrupted_result(data_dir: Path, tmp_path: Path) -> None:
-    "Two epochs, then a resume for the third, end with the same weights as three epochs in one go."
-    pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
-    config = TrainConfig(
-        model=ModelConfig(N=1, d_model=16, d_ff=32, h=2, norm_first=True),
-        epochs=3,
-        max_tokens=300,
-        warmup=10,
-    )
-    whole = train(tmp_path / "a", config, pairs=pairs, progress=False, log=lambda _: None)
-    train(
-        tmp_path / "b",
-        TrainConfig(**{**config.__dict__, "epochs": 2}),
-        pairs=pairs,
-        progress=False,
-        log=lambda _: None,
-    )
-    resumed = train(
-        tmp_path / "b", config, pairs=pairs, resume=True, progress=False, log=lambda _: None
-    )
-    for name, tensor in whole["model"].items():
-        torch.testing.assert_close(resumed["model"][name], tensor, atol=1e-6, rtol=1e-6, msg=name)
-
-
-def test_resume_with_another_config_is_refused(data_dir: Path, tmp_path: Path) -> None:
-    pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
-    config = TrainConfig(
-        model=ModelConfig(N=1, d_model=16, d_ff=32, h=2), epochs=1, max_tokens=300, warmup=10
-    )
-    train(tmp_path, config, pairs=pairs, progress=False, log=lambda _: None)
-    other = TrainConfig(
-        model=ModelConfig(N=1, d_model=32, d_ff=32, h=2), epochs=2, max_tokens=300, warmup=10
-    )
-    with pytest.raises(ValueError, match="another configuration than"):
-        train(tmp_path, other, pairs=pairs, resume=True, progress=False, log=lambda _: None)
-
-
-@pytest.fixture
-def checkpoint(data_dir: Path, tmp_path: Path) -> Path:
-    pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
-    config = TrainConfig(
-        model=ModelConfig(N=1, d_model=16, d_ff=32, h=2), epochs=1, max_tokens=300, warmup=10
-    )
-    train(tmp_path / "ckpt", config, pairs=pairs, progress=False, log=lambda _: None)
-    return tmp_path / "ckpt" / "last.pt"
-
-
-def test_bad_checkpoints_give_clear_errors(checkpoint: Path, tmp_path: Path, capsys) -> None:
-    truncated = tmp_path / "truncated.pt"
-    truncated.write_bytes(checkpoint.read_bytes()[:1000])
-    with pytest.raises(ValueError, match="is not a readable checkpoint"):
-        load_checkpoint(truncated)
-    garbage = tmp_path / "garbage.pt"
-    garbage.write_bytes(b"not a checkpoint at all")
-    with pytest.raises(ValueError, match="is not a readable checkpoint"):
-        load_checkpoint(garbage)
-    future = tmp_path / "future.pt"
-    save_checkpoint(future, config={})
-    torch.save({**torch.load(future, weights_only=True), "format": 99}, future)
-    with pytest.raises(ValueError, match="checkpoint format 99"):
-        load_checkpoint(future)
-    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
-        load_checkpoint(tmp_path / "missing.pt")
-    # Through the CLI: one line on stderr, exit status 1 (a failure, not a usage error), no traceback.
-    assert main(["translate", "--checkpoint", str(truncated), "Ein Mann."]) == 1
-    err = capsys.readouterr().err
-    assert "error:" in err and "Traceback" not in err
-
-
-def test_translate_refuses_empty_and_too_long_sentences(checkpoint: Path, capsys) -> None:
-    model, src_vocab, tgt_vocab = model_from_checkpoint(load_checkpoint(checkpoint))
-    with pytest.raises(ValueError, match="sentence 1 is empty"):
-        translate(model, ["Ein Mann sieht einen Ball.", "   "], src_vocab, tgt_vocab)
-    with pytest.raises(ValueError, match="too long for this model"):
-        translate(model, ["Mann " * 5000], src_vocab, tgt_vocab)
-    assert main(["translate", "--checkpoint", str(checkpoint), ""]) == 2
-    assert "is empty" in capsys.readouterr().err
-
-
-def test_translate_batches_like_single_sentences(checkpoint: Path) -> None:
-    model, src_vocab, tgt_vocab = model_from_checkpoint(load_checkpoint(checkpoint))
-    sentences = [
-        "Ein Mann sieht einen Ball.",
-        "Ein Hund hat ein Auto im Schnee.",
-        "Eine Frau mag ein Haus.",
-    ]
-    together = translate(model, sentences, src_vocab, tgt_vocab)
-    alone = [translate(model, [s], src_vocab, tgt_vocab)[0] for s in sentences]
-    assert together == alone
-
-
-@pytest.mark.parametrize("beam", [1, 3])
-def test_translate_bans_unk_unless_allowed(checkpoint: Path, beam: int, capsys) -> None:
-    model, src_vocab, tgt_vocab = model_from_checkpoint(load_checkpoint(checkpoint))
+    tgt_vocab = Vocab([*SPECIALS, "A", "man", "dog", "sees", "a", "ball", "in", "the", "park", "."])
+    torch.manual_seed(4)
+    model = ModelConfig(N=2, d_model=32, d_ff=64, h=4).build(len(src_vocab), len(tgt_vocab))
     with torch.no_grad():
-        model.generator.proj.bias[tgt_vocab.unk] += 100.0  # the model now wants <unk> everywhere
-    sentences = ["Ein Mann sieht einen Ball.", "Ein Hund hat ein Auto im Schnee."]
-    allowed = translate(model, sentences, src_vocab, tgt_vocab, beam_size=beam, allow_unk=True)
+        model.generator.proj.bias[tgt_vocab.eos] += 0.5
+    return Translator(
+        model.eval(), src_vocab, tgt_vocab, SpacyTokenizer("de"), SpacyTokenizer("en")
+    )
+
+
+@pytest.fixture(scope="module")
+def translator() -> Translator:
+    return fixed_translator()
+
+
+# =========================================================================== 1. today's outputs
+SHORT = Search(max_extra=4)  # outputs at most 4 tokens longer than their sources (with <s>, </s>)
+GREEDY_TOKENS = [
+    "park the park . . .",
+    "the dog dog dog dog dog dog dog dog",
+    "the sees dog dog dog the the",
+    "park",
+]
+BEAM_TOKENS = ["park", "park dog", "the sees dog dog the the the", "park"]
+NBEST = {  # beam 3, the 3 best of each sentence: (tokens, log-probability / length penalty)
+    0.6: [
+        [
+            ("park", -3.05088),
+            ("park the park . . .", -9.99748),
+            ("park the park . . . .", -10.17019),
+        ],
+        [("park dog", -4.47995), ("park dog dog", -5.34934), ("park dog dog dog", -6.01673)],
+        [
+            ("the sees dog dog the the the", -10.82752),
+            ("the sees dog dog dog the the", -10.84699),
+            ("the sees dog dog the the", -10.98536),
+        ],
+        [("park", -3.42413), ("dog dog", -4.48799), ("dog dog dog", -5.20315)],
+    ],
+    1.0: [
+        [("park", -2.86845), ("park the park . . .", -6.7531), ("park the park . . . .", -6.86976)],
+        [("park dog", -3.99299), ("park dog dog", -4.54845), ("park dog dog dog", -4.9048)],
+        [
+            ("the sees dog dog the the the", -6.97719),
+            ("the sees dog dog dog the the", -6.98974),
+            ("the sees dog dog the the", -7.0789),
+        ],
+        [("park", -3.21938), ("dog dog", -4.00015), ("dog dog dog", -4.42415)],
+    ],
+}
+GREEDY_SCORES = [-18.00826, -15.18099, -20.96921, -3.75594]  # log-probabilities
+SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:"
+
+
+def joined(translations: list[list[str]]) -> list[str]:
+    return [" ".join(tokens) for tokens in translations]
+
+
+def test_greedy_and_beam_search_translate_as_before(translator: Translator) -> None:
+    assert joined(translator.translate(SOURCES, SHORT)) == GREEDY_TOKENS
+    assert joined(translator.translate(SOURCES, replace(SHORT, beam_size=3))) == BEAM_TOKENS
+    # the default limit: 50 tokens longer than the source (§6.1), each sentence its own
+    assert [len(tokens) for tokens in translator.translate(SOURCES)] == [30, 49, 32, 1]
+    assert translator.translate(SOURCES[1:2])[0][:3] == ["the", "dog", "dog"]
+
+
+@pytest.mark.parametrize("alpha", [0.6, 1.0])
+def test_nbest_gives_the_same_hypotheses_and_scores(translator: Translator, alpha: float) -> None:
+    found = translator.nbest(SOURCES, replace(SHORT, beam_size=3, alpha=alpha), n=3)
+    assert [[" ".join(tokens) for tokens, _ in best] for best in found] == [
+        [tokens for tokens, _ in best] for best in NBEST[alpha]
+    ]
+    assert [[score for _, score in best] for best in found] == [
+        pytest.approx([score for _, score in best], abs=1e-4) for best in NBEST[alpha]
+    ]
+    # fewer of them: the best ones
+    two = translator.nbest(SOURCES, replace(SHORT, beam_size=3, alpha=alpha), n=2)
+    assert [[tokens for tokens, _ in best] for best in two] == [
+        [tokens for tokens, _ in best[:2]] for best in found
+    ]
+
+
+def test_greedy_nbest_is_the_translation_with_its_log_probability(translator: Translator) -> None:
+    found = translator.nbest(SOURCES, SHORT)
+    assert [len(best) for best in found] == [1, 1, 1, 1]
+    assert joined([best[0][0] for best in found]) == GREEDY_TOKENS
+    assert [best[0][1] for best in found] == pytest.approx(GREEDY_SCORES, abs=1e-4)
+
+
+def test_allowing_unk_lets_it_in(translator: Translator) -> None:
+    allowed = translator.translate(SOURCES, replace(SHORT, allow_unk=True))
+    assert joined(allowed) == [
+        "park <unk> park . . .",
+        *GREEDY_TOKENS[1:3],
+        "park " + "<unk> " * 9 + ".",
+    ]
+    assert joined(translator.translate(SOURCES, replace(SHORT, allow_unk=True, beam_size=3))) == (
+        BEAM_TOKENS
+    )
+
+
+def test_detokenized_and_scored_as_before(translator: Translator) -> None:
+    assert [translator.detokenize(t) for t in translator.translate(SOURCES, SHORT)] == [
+        "park the park...",
+        *GREEDY_TOKENS[1:],
+    ]
+    unk = translator.translate(SOURCES, replace(SHORT, allow_unk=True))
+    assert translator.detokenize(unk[0]) == "park <unk> park..."
+    assert translator.detokenize(unk[3]) == "park" + " <unk>" * 9 + "."
+    for search, score in ((SHORT, 2.678102), (replace(SHORT, beam_size=3), 1.970681)):
+        scores = translator.bleu(SOURCES, REFERENCES, search)
+        assert scores.sacrebleu == pytest.approx(score, abs=1e-5)
+        assert scores.tokenized_lowercase == pytest.approx(score, abs=1e-5)
+        assert scores.signature.startswith(SIGNATURE)
+        hypotheses = translator.translate(SOURCES, search)
+        assert bleu(hypotheses, REFERENCES, translator.tgt_tokenizer) == scores
+
+
+# ===================================================================== 2. batches, <unk>, bad input
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_translations_do_not_depend_on_the_batch(translator: Translator, beam_size: int) -> None:
+    search = replace(SHORT, beam_size=beam_size)
+    together = translator.nbest(SOURCES, search)
+    one_by_one = translator.nbest(SOURCES, replace(search, batch_size=1))
+    alone = [translator.nbest([s], search)[0] for s in SOURCES]
+    for a, b, c in zip(together, one_by_one, alone):
+        assert a[0][0] == b[0][0] == c[0][0]
+        assert a[0][1] == pytest.approx(b[0][1], abs=1e-5) == c[0][1]
+    reordered = translator.translate(SOURCES[::-1], search)  # sorted by length inside: same
+    assert reordered[::-1] == translator.translate(SOURCES, search)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_unk_is_banned_unless_allowed(beam_size: int) -> None:
+    translator = fixed_translator()
+    with torch.no_grad():  # the model now wants <unk> everywhere
+        translator.model.generator.proj.bias[translator.tgt_vocab.unk] += 100.0
+    search = replace(SHORT, beam_size=beam_size)
+    allowed = translator.translate(SOURCES, replace(search, allow_unk=True))
     assert all("<unk>" in out for out in allowed)
-    banned = translate(model, sentences, src_vocab, tgt_vocab, beam_size=beam)
+    banned = translator.translate(SOURCES, search)
     assert all(out and "<unk>" not in out for out in banned)
 
 
+def test_empty_and_too_long_sentences_are_refused(translator: Translator) -> None:
+    with pytest.raises(ValueError, match="^sentence 1 is empty: there is nothing to translate$"):
+        translator.translate(["Ein Mann sieht einen Ball.", "   "])
+    # max_len 5000: 50 of the positions for the output, 2 for <s> and </s>
+    with pytest.raises(
+        ValueError, match=r"^sentence 0 has 5000 tokens, too long for this model \(at most 4948\)$"
+    ):
+        translator.translate(["Mann " * 5000])
+    room = replace(SHORT, max_extra=4995)  # the search's room for the output counts
+    assert translator.translate(["Mann Mann Mann"], room)
+    with pytest.raises(ValueError, match=r"sentence 0 has 4 tokens, .* \(at most 3\)$"):
+        translator.translate(["Mann Mann Mann Mann"], room)
+    with pytest.raises(ValueError, match="sentence 0 is empty"):
+        translator.attention(" ")
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"beam_size": 0}, "beam_size must be a whole number at least 1, got 0"),
+        ({"beam_size": True}, "beam_size must be a whole number at least 1, got True"),
+        ({"max_extra": -1}, "max_extra must be a whole number at least 0, got -1"),
+        ({"batch_size": 2.0}, "batch_size must be a whole number at least 1, got 2.0"),
+        ({"alpha": -0.5}, "alpha must be a finite number at least 0, got -0.5"),
+        ({"alpha": float("nan")}, "alpha must be a finite number at least 0, got nan"),
+        ({"alpha": float("inf")}, "alpha must be a finite number at least 0, got inf"),
+    ],
+    ids=["beam-0", "beam-bool", "max-extra", "batch-float", "alpha-negative", "nan", "inf"],
+)
+def test_search_refuses_what_it_cannot_do(settings: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        Search(**settings)
+
+
+def test_nbest_asks_for_at_most_the_beam(translator: Translator) -> None:
+    assert GREEDY == Search() and (GREEDY.beam_size, GREEDY.alpha, GREEDY.max_extra) == (1, 0.6, 50)
+    for n, beam_size in ((2, 1), (4, 3), (0, 3)):
+        with pytest.raises(ValueError, match=f"n={n} must be from 1 to beam_size={beam_size}"):
+            translator.nbest(SOURCES, Search(beam_size=beam_size), n=n)
+
+
+# =========================================================================== 3. from a checkpoint
+def test_a_translator_from_a_checkpoint(tiny_checkpoint: Path) -> None:
+    ckpt = load_checkpoint(tiny_checkpoint)
+    translator = Translator.from_checkpoint(tiny_checkpoint)
+    assert not translator.model.training
+    assert next(translator.model.parameters()).device.type == "cpu"
+    assert translator.src_vocab.itos == ckpt.src_vocab.itos
+    assert translator.tgt_vocab.itos == ckpt.tgt_vocab.itos
+    assert isinstance(translator.src_tokenizer, SpacyTokenizer)
+    assert (translator.src_tokenizer.lang, translator.tgt_tokenizer.lang) == ("de", "en")
+    for name, value in translator.model.state_dict().items():
+        assert torch.equal(value, ckpt.model[name]), name
+    from_record = Translator.from_checkpoint(ckpt, device="cpu")
+    assert from_record.translate(SOURCES[:2]) == translator.translate(SOURCES[:2])
+    # averaged epochs: the record average_last gives; one epoch averaged is that epoch
+    averaged = Translator.from_checkpoint(average_last(tiny_checkpoint, 1))
+    for name, value in averaged.model.state_dict().items():
+        torch.testing.assert_close(value, ckpt.model[name])
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+        Translator.from_checkpoint(tiny_checkpoint.parent / "missing.pt")
+
+
+# ========================================================================= 4. detokenizing and BLEU
 @pytest.mark.parametrize(
     "sentence",
     [
@@ -275,279 +262,92 @@ def test_translate_bans_unk_unless_allowed(checkpoint: Path, beam: int, capsys) 
         'She says "hello" to the children.',
     ],
 )
-def test_detokenize_inverts_the_english_tokenizer(sentence: str) -> None:
-    _, tok_en = load_tokenizers()
-    assert detokenize(tokenize_all([sentence], tok_en, progress=False)[0]) == sentence
+def test_detokenize_inverts_the_english_tokenizer(translator: Translator, sentence: str) -> None:
+    tokens = translator.tgt_tokenizer.tokenize([sentence])[0]
+    assert translator.detokenize(tokens) == sentence
 
 
 def test_bleu_scores() -> None:
     refs = ["A man rides a bike.", "Two dogs play in the snow."]
     _, tok_en = load_tokenizers()
-    perfect = bleu(tokenize_all(refs, tok_en, progress=False), refs)
-    assert perfect.sacrebleu == pytest.approx(
-        100.0
-    ) and perfect.tokenized_lowercase == pytest.approx(100.0)
-    lowered = bleu(
-        [[t.lower() for t in s] for s in tokenize_all(refs, tok_en, progress=False)], refs
-    )
-    assert lowered.tokenized_lowercase == pytest.approx(
-        100.0
-    )  # case does not matter for this one...
+    perfect = bleu(tok_en.tokenize(refs), refs, tok_en)
+    assert perfect.sacrebleu == pytest.approx(100.0)
+    assert perfect.tokenized_lowercase == pytest.approx(100.0)
+    lowered = bleu([[t.lower() for t in s] for s in tok_en.tokenize(refs)], refs, tok_en)
+    assert lowered.tokenized_lowercase == pytest.approx(100.0)  # case does not matter here...
     assert lowered.sacrebleu < 100.0  # ...but does for sacreBLEU
     assert "case:mixed" in perfect.signature and "tok:13a" in perfect.signature
+    assert perfect.fields["score"] == pytest.approx(100.0) and perfect.fields["name"] == "BLEU"
+    assert str(perfect).startswith("sacreBLEU 100.00 (nrefs:1|case:mixed")
+    assert str(perfect).endswith("; tokenized lowercased BLEU 100.00")
     with pytest.raises(ValueError, match="1 hypotheses for 2 references"):
-        bleu([["A"]], refs)
+        bleu([["A"]], refs, tok_en)
+    subwords = SubwordTokenizer.train([*refs, "Ein Mann fährt Fahrrad."] * 50, vocab_size=300)
+    pieces = bleu(subwords.tokenize(refs), refs, subwords)  # pieces are not words
+    assert pieces.sacrebleu == pytest.approx(100.0) and pieces.tokenized_lowercase is None
+    assert "tokenized" not in str(pieces)
 
 
-def test_train_config_validation() -> None:
-    for bad in ({"epochs": 0}, {"max_tokens": 0}, {"accum_iter": 0}, {"warmup": 0}):
-        with pytest.raises(ValueError, match="must be at least 1"):
-            TrainConfig(**bad)
-    with pytest.raises(ValueError, match="smoothing"):
-        TrainConfig(smoothing=1.0)
+# =========================================================================== 5. the layering
+def layering(doc: str | None = None) -> list[str]:
+    "The modules in their layering order: the docstring's first list of `annotated_transformer.X`."
+    names = []
+    for line in (doc or annotated_transformer.__doc__).splitlines():
+        found = re.match(r"- `annotated_transformer\.(\w+)`", line)
+        if found:
+            names.append(found.group(1))
+        elif names:  # the list has ended (a later one, "Modules:", is in another order)
+            break
+    return names
 
 
-def test_only_the_last_epoch_checkpoints_are_kept(data_dir: Path, tmp_path: Path) -> None:
-    pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
-    config = TrainConfig(
-        model=ModelConfig(N=1, d_model=16, d_ff=32, h=2), epochs=3, max_tokens=300, warmup=10
-    )
-    train(tmp_path, config, pairs=pairs, keep_epochs=2, progress=False, log=lambda _: None)
-    assert sorted(p.name for p in tmp_path.glob("*.pt")) == ["epoch2.pt", "epoch3.pt", "last.pt"]
-    weights = load_checkpoint(tmp_path / "epoch3.pt")
-    assert "optimizer" not in weights and weights["epoch"] == 3
-    model, _, _ = model_from_checkpoint(weights)  # enough to translate and to average
-    torch.testing.assert_close(model.state_dict(), load_checkpoint(tmp_path / "last.pt")["model"])
+def imported_modules(source: str) -> set[str]:
+    "The package's modules a module's source imports: `from .x import` or `from package.x import`."
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.level == 1:
+                imported.add(node.module.split(".")[0])
+            elif node.module.startswith("annotated_transformer."):
+                imported.add(node.module.split(".")[1])
+        elif isinstance(node, ast.ImportFrom) and node.level == 1:  # from . import x
+            imported.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("annotated_transformer."):
+                    imported.add(alias.name.split(".")[1])
+    return imported
 
 
-def test_old_import_path_warns_and_reexports() -> None:
-    import importlib
-
-    import annotated_transformer.translation as translation
-
-    sys.modules.pop("annotated_transformer.translate", None)
-    with pytest.warns(DeprecationWarning, match="annotated_transformer.translate is deprecated"):
-        old = importlib.import_module("annotated_transformer.translate")
-    assert old.translate is translation.translate and old.TrainConfig is TrainConfig
+def test_the_layering_lists_every_module_once() -> None:
+    order = layering()
+    package = Path(annotated_transformer.__file__).parent
+    modules = {p.stem for p in package.glob("*.py")} - {"__init__", "_modidx"}
+    assert sorted(order) == sorted(modules), "the docstring's list is not the package's modules"
+    assert order[0] == "model" and order[-1] == "cli"
 
 
 def test_no_module_imports_upward() -> None:
-    "Each module imports only from the modules below it in the layering (the map in the package docstring)."
-    import ast
-
-    import annotated_transformer
-
-    order = [
-        "model",
-        "training",
-        "decoding",
-        "recurrent",
-        "data",
-        "subwords",
-        "checkpoint",
-        "translation",
-        "distributed",
-        "trainer",
-        "visualization",
-        "_chapters",
-        "cli",
-    ]
+    "Each module imports only from the modules above it in the package docstring's list."
+    order = layering()
     package = Path(annotated_transformer.__file__).parent
     for rank, name in enumerate(order):
-        tree = ast.parse((package / f"{name}.py").read_text())
-        imported = set()
-        for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.ImportFrom) and node.module
-            ):  # `from .data import` or `from annotated_transformer.data import`
-                parts = node.module.split(".") if node.level == 1 else node.module.split(".")[1:]
-                imported.update(
-                    parts[:1]
-                    if node.level == 1 or node.module.startswith("annotated_transformer.")
-                    else []
-                )
+        imported = imported_modules((package / f"{name}.py").read_text())
         above = imported & set(order[rank:])
-        assert not above, f"{name} imports {sorted(above)}, which are not below it"
+        assert not above, f"{name} imports {sorted(above)}, which are not above it"
 
 
-# =========================================================================== one writer, no silent overwrite, early checks
-def test_two_trainings_into_one_folder_one_refuses_and_a_killed_run_releases_the_lock(
-    data_dir: Path, tmp_path: Path, capsys
-) -> None:
-    import signal
-    import subprocess
-    import time
-
-    out = tmp_path / "run"
-    first = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "annotated_transformer.cli",
-            "train",
-            "--out",
-            str(out),
-            "--data-dir",
-            str(data_dir),
-            "--epochs",
-            "50",
-            *TRAIN_ARGS,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+def test_the_layering_check_can_fail() -> None:
+    "The order is the first list's; an import of a later module, written any way, is found."
+    doc = (
+        "Title.\n\n- `annotated_transformer.b` (B)\n- `annotated_transformer.a`: A\n\nModules:\n\n"
     )
-    try:
-        deadline = time.time() + 120
-        while not (out / ".writer").exists() and first.poll() is None and time.time() < deadline:
-            time.sleep(0.1)
-        assert (out / ".writer").exists(), (
-            first.stderr.read()
-            if first.poll() is not None
-            else "the first run never claimed the folder"
-        )
-        assert (
-            main(
-                [
-                    "train",
-                    "--out",
-                    str(out),
-                    "--data-dir",
-                    str(data_dir),
-                    "--epochs",
-                    "1",
-                    *TRAIN_ARGS,
-                ]
-            )
-            != 0
-        )
-        err = capsys.readouterr().err
-        assert (
-            f"is in use by another training run (pid {first.pid} on" in err and err.count("\n") == 1
-        )
-        while not (out / "last.pt").exists() and first.poll() is None:
-            time.sleep(0.1)
-    finally:
-        first.send_signal(
-            signal.SIGKILL
-        )  # the harshest exit: the operating system releases the lock
-        first.wait()
-    ckpt = load_checkpoint(out / "last.pt")
-    assert (
-        main(
-            [
-                "train",
-                "--out",
-                str(out),
-                "--data-dir",
-                str(data_dir),
-                "--epochs",
-                str(ckpt["epoch"] + 1),
-                "--resume",
-                "--quiet",
-            ]
-        )
-        == 0
-    )
-    assert load_checkpoint(out / "last.pt")["epoch"] == ckpt["epoch"] + 1
-    assert not (out / ".writer").exists()  # released and cleaned up on a normal exit
-
-
-def test_train_refuses_to_replace_a_run_unless_told(data_dir: Path, tmp_path: Path, capsys) -> None:
-    out = tmp_path / "run"
-    args = ["train", "--out", str(out), "--data-dir", str(data_dir), *TRAIN_ARGS]
-    assert main([*args, "--epochs", "2"]) == 0
-    before = {p.name: p.read_bytes() for p in out.glob("*.pt")}
-    capsys.readouterr()
-    assert main([*args, "--epochs", "1"]) != 0
-    assert (
-        "already holds a training run (epoch1.pt, epoch2.pt, history.json, last.pt): pass --resume"
-        in capsys.readouterr().err
-    )
-    assert {p.name: p.read_bytes() for p in out.glob("*.pt")} == before  # untouched
-    assert main([*args, "--epochs", "1", "--resume", "--overwrite"]) != 0
-    assert "give one of them" in capsys.readouterr().err
-    assert main([*args, "--epochs", "1", "--overwrite"]) == 0
-    assert sorted(p.name for p in out.glob("*.pt")) == [
-        "epoch1.pt",
-        "last.pt",
-    ]  # no stale epoch2.pt mixes in
-    assert load_checkpoint(out / "last.pt")["epoch"] == 1
-    assert [h["epoch"] for h in json.loads((out / "history.json").read_text())] == [
-        1
-    ]  # the new run's history only
-
-
-def test_an_unusable_output_folder_is_reported_before_anything_else(tmp_path: Path, capsys) -> None:
-    (tmp_path / "some_file").write_text("")
-    missing_data = (
-        tmp_path / "no-such-data"
-    )  # would fail too, but later: the folder is checked first
-    assert (
-        main(
-            [
-                "train",
-                "--out",
-                str(tmp_path / "some_file" / "run"),
-                "--data-dir",
-                str(missing_data),
-                *TRAIN_ARGS,
-            ]
-        )
-        != 0
-    )
-    err = capsys.readouterr().err
-    assert (
-        "cannot use" in err
-        and "some_file/run as the output folder" in err
-        and "Traceback" not in err
-    )
-
-
-def test_too_long_sentences_are_refused_before_training(data_dir: Path, tmp_path: Path) -> None:
-    pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
-    pairs["val"] = pairs["val"] + [("Ein Mann " * 10 + "sieht einen Ball.", "A man sees a ball.")]
-    config = TrainConfig(
-        model=ModelConfig(N=1, d_model=16, d_ff=32, h=2, max_len=60),
-        epochs=1,
-        max_tokens=300,
-        warmup=10,
-    )
-    logged = []
-    with pytest.raises(
-        ValueError, match=f"validation pair {len(pairs['val'])} needs 76 positions .*max_len=60"
-    ):
-        train(tmp_path / "run", config, pairs=pairs, progress=False, log=logged.append)
-    assert not logged and not list(
-        (tmp_path / "run").glob("*.pt")
-    )  # refused before the first epoch
-
-
-@pytest.mark.filterwarnings(
-    "default:Multi30k file differs from the published one:UserWarning"
-)  # this test wants it
-def test_warnings_are_one_line_in_the_console(checkpoint: Path, data_dir: Path, capsys) -> None:
-    capsys.readouterr()
-    assert (
-        main(
-            [
-                "evaluate",
-                "--checkpoint",
-                str(checkpoint),
-                "--split",
-                "test2016",
-                "--data-dir",
-                str(data_dir),
-                "--quiet",
-            ]
-        )
-        == 0
-    )
-    err = capsys.readouterr().err
-    assert (
-        "annotated-transformer evaluate: warning: Multi30k file differs from the published one"
-        in err
-    )  # synthetic files
-    assert "warnings.warn" not in err and all(
-        line.startswith("annotated-transformer evaluate: warning:") for line in err.splitlines()
-    )
+    assert layering(doc + "- `annotated_transformer.a`: A\n- `annotated_transformer.b`: B") == [
+        "b",
+        "a",
+    ]
+    assert imported_modules("from .trainer import train") == {"trainer"}
+    assert imported_modules("from annotated_transformer.cli import main") == {"cli"}
+    assert imported_modules("import annotated_transformer.data as data") == {"data"}
+    assert imported_modules("from . import runs\nimport torch") == {"runs"}
+    assert imported_modules("from torch.nn import Module") == set()

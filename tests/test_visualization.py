@@ -1,16 +1,21 @@
 """Tests for annotated_transformer.visualization and `annotated-transformer translate --attention`.
 
-What is checked (beyond nbs/07_visualization.ipynb, whose checks cover the shapes, row sums and causality of the
-weights, the removed hooks, each plotting helper, and the errors for bad indices, kinds, labels and sentences):
-1. The weights are the model's: the first encoder layer's self-attention recomputed by hand from its projections.
-2. A sentence's maps: the tokens of both sides, and a translation given instead of the model's.
-3. The heatmaps show those weights: every cell of every head of every layer equals the weight, with the query tokens
-   on the rows and the key tokens on the columns, in token order, for each kind of attention.
-4. `translate --attention` writes a PNG per sentence; bad input gets one-line errors.
+What is checked (beyond nbs/08_attention.ipynb, whose checks cover the shapes, row sums and
+causality of the weights, the removed hooks, each plotting helper, and the errors for bad indices,
+kinds, labels and sentences):
+1. The weights are the model's: the first encoder layer's self-attention recomputed by hand from its
+   projections.
+2. A sentence's maps (`Translator.attention`): the tokens of both sides, and a translation given
+   instead of the model's; `AttentionView` offers the kinds the maps hold.
+3. The heatmaps show those weights: every cell of every head of every layer equals the weight, with
+   the query tokens on the rows and the key tokens on the columns, in token order, for each kind of
+   attention.
+4. `translate --attention` writes a PNG per sentence (its errors: tests/test_cli.py).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -18,25 +23,20 @@ import pytest
 import torch
 from synthetic import synthetic_pairs
 
-from annotated_transformer.checkpoint import load_checkpoint, model_from_checkpoint
 from annotated_transformer.cli import main
-from annotated_transformer.model import ModelConfig
-from annotated_transformer.trainer import TrainConfig, train
-from annotated_transformer.translation import translate
-from annotated_transformer.visualization import (
-    KINDS,
-    AttentionMaps,
-    attention_weights,
-    plot_attention,
-    sentence_attention,
-)
+from annotated_transformer.config import RuntimeOptions, TrainConfig
+from annotated_transformer.model import KINDS, ModelConfig, attention_weights
+from annotated_transformer.trainer import train
+from annotated_transformer.translation import AttentionMaps, Translator
+from annotated_transformer.visualization import AttentionView, plot_attention
 
 SENTENCE = "Ein Hund sieht einen Ball im Park."
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    "A small model trained for two epochs on the synthetic pairs (tests/synthetic.py): 2 layers, 4 heads."
+    """A small model trained for two epochs on the synthetic pairs (tests/synthetic.py): 2 layers, 4
+    heads."""
     pairs = synthetic_pairs()
     out = tmp_path_factory.mktemp("run")
     config = TrainConfig(
@@ -49,21 +49,20 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
         out,
         config,
         pairs={"train": pairs[:160], "val": pairs[160:176]},
-        progress=False,
+        options=RuntimeOptions(progress=False),
         log=lambda _: None,
     )
     return out / "last.pt"
 
 
 @pytest.fixture(scope="module")
-def trained(checkpoint: Path):
-    return model_from_checkpoint(load_checkpoint(checkpoint))
+def translator(checkpoint: Path) -> Translator:
+    return Translator.from_checkpoint(checkpoint)
 
 
 @pytest.fixture(scope="module")
-def maps(trained) -> AttentionMaps:
-    model, src_vocab, tgt_vocab = trained
-    return sentence_attention(model, SENTENCE, src_vocab, tgt_vocab)
+def maps(translator: Translator) -> AttentionMaps:
+    return translator.attention(SENTENCE)
 
 
 # =========================================================================== 1. the model's weights
@@ -84,8 +83,7 @@ def test_the_first_encoder_layer_matches_a_computation_by_hand(norm_first: bool)
 
 
 # =========================================================================== 2. a sentence's maps
-def test_the_tokens_and_a_given_translation(trained, maps: AttentionMaps) -> None:
-    model, src_vocab, tgt_vocab = trained
+def test_the_tokens_and_a_given_translation(translator: Translator, maps: AttentionMaps) -> None:
     assert maps.src_tokens == [
         "<s>",
         "Ein",
@@ -98,12 +96,14 @@ def test_the_tokens_and_a_given_translation(trained, maps: AttentionMaps) -> Non
         ".",
         "</s>",
     ]
-    assert maps.tgt_tokens == [
-        "<s>",
-        *translate(model, [SENTENCE], src_vocab, tgt_vocab)[0],
-    ]  # the decoder's input
+    # the decoder's input
+    assert maps.tgt_tokens == ["<s>", *translator.translate([SENTENCE])[0]]
+    assert maps.kinds == list(KINDS) and maps.axes("decoder_src") == (
+        maps.tgt_tokens,
+        maps.src_tokens,
+    )
     given = ["A", "dog", "."]
-    other = sentence_attention(model, SENTENCE, src_vocab, tgt_vocab, translation=given)
+    other = translator.attention(SENTENCE, translation=given)
     assert other.tgt_tokens == ["<s>", *given]
     assert other.weights["decoder_src"].shape[2] == 4
     torch.testing.assert_close(
@@ -129,73 +129,27 @@ def test_heatmap_cells_are_the_weights_with_tokens_in_order(kind: str, maps: Att
 # =========================================================================== 4. the console command
 def test_translate_saves_attention_pngs(checkpoint: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "maps" / "attention.png"
-    assert (
-        main(["translate", "--checkpoint", str(checkpoint), "--attention", str(out), SENTENCE]) == 0
-    )
+    argv = ["translate", "--checkpoint", str(checkpoint), "--attention", str(out)]
+    assert main([*argv, SENTENCE]) == 0
+    printed, err = capsys.readouterr()
+    assert len(printed.splitlines()) == 1  # the translation
+    assert err == f"attention of layer 1 saved to {out}\n"  # the last layer by default
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (
-        main(
-            [
-                "translate",
-                "--checkpoint",
-                str(checkpoint),
-                "--attention",
-                str(out),
-                "--layer",
-                "0",
-                SENTENCE,
-                "Ein Mann hat ein Auto.",
-            ]
-        )
-        == 0
-    )
-    assert sorted(p.name for p in out.parent.iterdir()) == [
-        "attention-1.png",
-        "attention-2.png",
-        "attention.png",
-    ]
-    capsys.readouterr()
-    assert (
-        main(
-            [
-                "translate",
-                "--checkpoint",
-                str(checkpoint),
-                "--attention",
-                str(out),
-                "--layer",
-                "7",
-                SENTENCE,
-            ]
-        )
-        == 2
-    )
-    assert "layer 7 is out of range" in capsys.readouterr().err
-    assert (
-        main(
-            [
-                "translate",
-                "--checkpoint",
-                str(checkpoint),
-                "--attention",
-                str(tmp_path / "x.jpg"),
-                SENTENCE,
-            ]
-        )
-        == 2
-    )
-    assert "--attention needs a .png file name" in capsys.readouterr().err
-    assert (
-        main(
-            [
-                "translate",
-                "--checkpoint",
-                str(checkpoint),
-                "--attention",
-                str(out),
-                "The dog sees a ball.",
-            ]
-        )
-        == 1
-    )
-    assert "is the sentence in the language the model translates from" in capsys.readouterr().err
+    assert main([*argv, "--layer", "0", SENTENCE, "Ein Mann hat ein Auto."]) == 0
+    names = ["attention-1.png", "attention-2.png"]
+    assert sorted(p.name for p in out.parent.iterdir()) == [*names, "attention.png"]
+    printed, err = capsys.readouterr()
+    assert len(printed.splitlines()) == 2
+    assert err.splitlines() == [f"attention of layer 0 saved to {out.parent / n}" for n in names]
+    assert (out.parent / names[1]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_interactive_view_offers_the_kinds_and_tokens_of_the_maps(maps: AttentionMaps) -> None:
+    page = AttentionView([maps]).to_html()
+    for kind in KINDS:
+        assert f'<option value="{kind}">' in page
+    data = page.split('class="av-data">')[1].split("</script>")[0]
+    assert all(json.dumps(token) in data for token in maps.src_tokens[1:-1])
+    source_only = {"decoder_src": maps.weights["decoder_src"]}  # as a recurrent model's maps
+    page = AttentionView([AttentionMaps(maps.src_tokens, maps.tgt_tokens, source_only)]).to_html()
+    assert '<option value="decoder_src">' in page and '<option value="encoder">' not in page

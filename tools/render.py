@@ -289,7 +289,15 @@ def main() -> int:
         action="store_true",
         help="render the committed outputs instead of running the notebooks",
     )
+    parser.add_argument(
+        "--save-outputs",
+        action="store_true",
+        help="also write each executed notebook back to nbs/ (then run nbdev-clean): the outputs "
+        "committed are those of this run",
+    )
     args = parser.parse_args()
+    if args.save_outputs and args.no_execute:
+        parser.error("--save-outputs keeps the outputs of a run: leave out --no-execute")
 
     paths = chapters(NBS)
     notebooks = {p: nbformat.read(p, as_version=4) for p in paths}
@@ -314,6 +322,8 @@ def main() -> int:
         )
         try:
             nb = notebooks[path] if args.no_execute else execute(path, args.timeout)
+            if args.save_outputs:
+                nbformat.write(nb, path)
         except CellExecutionError as error:
             print(
                 f"FAILED: {path.name} raised an error; no page written for it.\n{error}",
