@@ -14,6 +14,7 @@ import pickle
 import random
 import re
 import uuid
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -166,6 +167,11 @@ def _check_weights(ckpt: RunCheckpoint, source: str) -> None:
     weights = ckpt.model
     if not isinstance(weights, dict) or not all(isinstance(v, Tensor) for v in weights.values()):
         raise ValueError(f"{source}: its weights are not a dictionary of tensors")
+    if not all(w.isfinite().all() for w in weights.values() if w.is_floating_point()):
+        warnings.warn(
+            f"{source}: the model's weights are not all finite (NaN or infinite): "
+            f"its translations will be empty or meaningless"
+        )
     names = sorted(expected.keys() ^ weights.keys())
     wrong = [k for k in expected.keys() & weights.keys() if expected[k].shape != weights[k].shape]
     if names or wrong:
@@ -198,7 +204,10 @@ def save_checkpoint(path: str | Path, ckpt: RunCheckpoint) -> None:
 def torch_load_safely(path: Path) -> object:
     "What `torch.save` wrote to `path`, read with PyTorch's restricted unpickler: tensors and plain data only."
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with torch.serialization.safe_globals(
+            [bytes]
+        ):  # an empty bytes object is pickled as bytes()
+            return torch.load(path, map_location="cpu", weights_only=True)
     # the restricted unpickler met something it does not build
     except pickle.UnpicklingError as error:
         unsafe = re.search(r"GLOBAL (\S+)", str(error))  # the file asks for a Python object by name

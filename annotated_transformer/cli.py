@@ -1,34 +1,42 @@
-"""The console command `annotated-transformer`: train, evaluate and translate, on Multi30k or your own parallel text.
+"""The console command `annotated-transformer`: train, evaluate and translate, on Multi30k or your
+own parallel text.
 
     annotated-transformer train --out runs/multi30k
     annotated-transformer train --out runs/subwords --vocab-size 8000
     annotated-transformer train --out runs/en-fr --src-lang en --tgt-lang fr --vocab-size 8000
-    annotated-transformer train --out runs/mine --train-src train.xx --train-tgt train.yy --valid-src val.xx --valid-tgt val.yy
+    annotated-transformer train --out runs/mine --train-src train.xx --train-tgt train.yy \\
+        --valid-src val.xx --valid-tgt val.yy
     annotated-transformer train --out runs/lexical --arch lexical --train-pairs 10000
-    annotated-transformer evaluate --checkpoint runs/mine/last.pt --src test.xx --ref test.yy --output test.out
+    annotated-transformer evaluate --checkpoint runs/mine/last.pt --src test.xx --ref test.yy \\
+        --output test.out
     torchrun --standalone --nproc_per_node=gpu -m annotated_transformer.cli train --out runs/ddp
     annotated-transformer evaluate --checkpoint runs/multi30k/last.pt --split test2016
     annotated-transformer evaluate --checkpoint runs/multi30k/last.pt --beam 4 --average-last 5
     annotated-transformer translate --checkpoint runs/multi30k/last.pt "Ein Mann fährt Fahrrad."
-    annotated-transformer translate --checkpoint runs/multi30k/last.pt --attention out.png "Ein Mann fährt Fahrrad."
-    echo "Zwei Hunde spielen im Schnee." | annotated-transformer translate --checkpoint runs/multi30k/last.pt
-    producer | annotated-transformer translate --checkpoint runs/multi30k/last.pt --buffer-size 1 | consumer
-    annotated-transformer translate --checkpoint runs/multi30k/last.pt --beam 4 --nbest 4 --output nbest.tsv < test.de
+    annotated-transformer translate --checkpoint runs/multi30k/last.pt --attention out.png \\
+        "Ein Mann fährt Fahrrad."
+    echo "Zwei Hunde spielen." | annotated-transformer translate --checkpoint runs/multi30k/last.pt
+    producer | annotated-transformer translate --checkpoint RUN/last.pt --buffer-size 1 | consumer
+    annotated-transformer translate --checkpoint runs/multi30k/last.pt --beam 4 --nbest 4 \\
+        --output nbest.tsv < test.de
 
-Your own data: plain-text files, one sentence a line (optionally gzipped), line i of the source file
-translated by line i of the target file; such a run uses subwords (default --vocab-size 8000), with one
-shared vocabulary and tied embeddings (§3.4, §5.1). The checkpoint carries its subword model:
-`translate` and `evaluate` need nothing else. Empty input lines give empty output lines.
+Your own data: plain-text files, one sentence a line (optionally gzipped), line i of the source
+file translated by line i of the target file; such a run uses subwords (default --vocab-size
+8000), with one shared vocabulary and tied embeddings (§3.4, §5.1). The checkpoint carries its
+subword model: `translate` and `evaluate` need nothing else. Empty input lines give empty output
+lines.
 
-`translate` streams standard input: it translates and prints (flushed) every --buffer-size lines (default
-100) as they arrive, so it fits a pipeline, answers as you type with --buffer-size 1, and its memory does not
-grow with the input. --nbest K prints the K best translations of each sentence with their scores, tab-separated.
+`translate` streams standard input: it translates and prints (flushed) every --buffer-size lines
+(default 100) as they arrive, so it fits a pipeline, answers as you type with --buffer-size 1, and
+its memory does not grow with the input. --nbest K prints the K best translations of each sentence
+with their scores, tab-separated.
 
 Hand-written (not exported from a notebook): it only parses arguments and calls the library.
-Exit status: 0 done; 2 a usage error (a bad flag value, a wrong combination: found before anything is
-loaded where possible); 1 a failure the library reports (a missing or corrupt file, a checkpoint or data
-that cannot be used). Either way one line on standard error, `annotated-transformer COMMAND: error: ...`
-(with `--debug`, Python's traceback instead, for a bug report).
+Exit status: 0 done; 2 a usage error (a bad flag value, a wrong combination: found before anything
+is loaded where possible); 1 a failure the library reports (a missing or corrupt file, a checkpoint
+or data that cannot be used); 130 interrupted (Ctrl-C). Either way one line on standard error,
+`annotated-transformer COMMAND: error: ...` (with `--debug`, Python's traceback instead, for a bug
+report).
 """
 
 from __future__ import annotations
@@ -38,10 +46,11 @@ import itertools
 import json
 import math
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import NoReturn, TextIO
 
@@ -68,8 +77,9 @@ from annotated_transformer.distributed import (
 )
 from annotated_transformer.model import EncoderDecoder, count_parameters
 from annotated_transformer.recurrent import ARCHS
+from annotated_transformer.runs import refuse_links
 from annotated_transformer.trainer import train
-from annotated_transformer.translation import Search, Translator, bleu
+from annotated_transformer.translation import Search, SentenceError, Translator, bleu
 
 FILE_FLAGS = ("train_src", "train_tgt", "valid_src", "valid_tgt")
 TRAIN_FLAGS = (
@@ -81,11 +91,24 @@ TRAIN_FLAGS = (
     "src_lang",
     "tgt_lang",
     "train_pairs",
+    "skip_long",
 )  # TrainConfig's fields that flags of the same name set
+
+
+class Interrupted(Exception):
+    "Ctrl-C, with what had been done: exit status 130, as a shell reports it."
 
 
 class UsageError(Exception):
     "A bad flag value or combination found after parsing: exit status 2."
+
+
+def _check_file(flag: str, path: Path) -> None:
+    "Refuse a flag's file that is missing or is a folder, naming the flag and the path."
+    if path.is_dir():
+        raise UsageError(f"{flag} {path} is a folder, not a file")
+    if not path.is_file():
+        raise UsageError(f"{flag} {path}: no such file")
 
 
 # ------------------------------------------------------------------------------------------ train
@@ -103,8 +126,7 @@ def _files(args: argparse.Namespace) -> dict[str, tuple[Path, Path]] | None:
             f"--valid-tgt: {missing} missing"
         )
     for name in FILE_FLAGS:
-        if not getattr(args, name).is_file():
-            raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name)}: no such file")
+        _check_file(f"--{name.replace('_', '-')}", getattr(args, name))
     return {"train": (args.train_src, args.train_tgt), "val": (args.valid_src, args.valid_tgt)}
 
 
@@ -128,10 +150,13 @@ def _train_config(args: argparse.Namespace, files: dict | None) -> TrainConfig:
         raise UsageError(
             "--config sets up a new run; a resumed run keeps the configuration in its checkpoint"
         )
-    if args.config is not None and not args.config.is_file():
-        raise UsageError(f"--config {args.config}: no such file")
+    if args.config is not None:
+        _check_file("--config", args.config)
     last = args.out / "last.pt"
-    stored = load_checkpoint(last).config if args.resume else None
+    if args.resume:
+        refuse_links(args.out, "last.pt")  # read before the folder is claimed: never through a link
+    # without last.pt, train says what the folder holds and how to go on
+    stored = load_checkpoint(last).config if args.resume and last.exists() else None
     try:
         return resolve_config(_choices(args), args.config, files is not None, stored, str(last))
     except ChoiceError as error:
@@ -181,6 +206,8 @@ def _train(args: argparse.Namespace) -> None:
 def _load(args: argparse.Namespace) -> tuple[Translator, RunCheckpoint]:
     "The translator of --checkpoint (its last epochs averaged with --average-last), and its record."
     path, k = args.checkpoint, args.average_last
+    if path.is_dir():  # a missing file is the loader's to report (exit status 1)
+        raise UsageError(f"--checkpoint {path} is a folder, not a file")
     ckpt = average_last(path, k) if k else load_checkpoint(path)
     return Translator.from_checkpoint(ckpt, device=args.device), ckpt
 
@@ -199,9 +226,10 @@ def _scored_lines(
 ) -> list[list[tuple[list[str], float]]]:
     "The `nbest` best (tokens, score) of each line, best first; none for an empty line (aligned)."
     rows = [i for i, line in enumerate(lines) if line.strip()]
-    found = (
-        translator.nbest([lines[i] for i in rows], _search(args), nbest, progress) if rows else []
-    )
+    try:
+        found = translator.nbest([lines[i] for i in rows], _search(args), nbest, progress)
+    except SentenceError as error:  # its place among the non-empty lines -> among all lines
+        raise SentenceError(rows[error.index], error.reason) from None
     scored: list[list[tuple[list[str], float]]] = [[] for _ in lines]
     for i, best in zip(rows, found):
         scored[i] = best
@@ -243,8 +271,8 @@ def _evaluation_inputs(args: argparse.Namespace) -> None:
     if args.src is not None and args.split is not None:
         raise UsageError("--split chooses a Multi30k split: leave it out with --src and --ref")
     for flag, path in (("--src", args.src), ("--ref", args.ref)):
-        if path is not None and not path.is_file():
-            raise UsageError(f"{flag} {path}: no such file")
+        if path is not None:
+            _check_file(flag, path)
     _check_new_output(args.output)
 
 
@@ -269,7 +297,10 @@ def _evaluate(args: argparse.Namespace) -> None:
     _evaluation_inputs(args)
     translator, ckpt = _load(args)
     sources, references, name = _test_set(args, ckpt.config)
-    hypotheses = _translate_lines(translator, sources, args, progress=not args.quiet)
+    try:
+        hypotheses = _translate_lines(translator, sources, args, progress=not args.quiet)
+    except SentenceError as error:
+        raise ValueError(f"{name}, line {error.index + 1}: {error.reason}") from None
     if args.output is not None:
         with open(args.output, "x", encoding="utf-8") as f:  # "x": not over a file made meanwhile
             f.writelines(translator.detokenize(tokens) + "\n" for tokens in hypotheses)
@@ -294,7 +325,7 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _stdin_lines() -> Iterator[str]:
-    "Standard input's lines (blank ones too) as they arrive, decoded one at a time: errors name lines."
+    "Standard input's lines (blank ones too) as they arrive, decoded one by one: errors name lines."
     binary = getattr(sys.stdin, "buffer", None)  # None: stdin replaced by a text stream (a test)
     for number, line in enumerate(sys.stdin if binary is None else binary, start=1):
         if isinstance(line, bytes):
@@ -310,7 +341,7 @@ def _stdin_lines() -> Iterator[str]:
 
 
 def _chunks(lines: Iterable[str], size: int | None) -> Iterator[list[str]]:
-    "`lines` in lists of `size` (None: one list), each as soon as it is complete; none for no lines."
+    "`lines` in lists of `size` (None: one list), each as soon as it is complete; none for none."
     lines = iter(lines)
     while chunk := list(itertools.islice(lines, size)):
         yield chunk
@@ -409,6 +440,49 @@ def _layer(args: argparse.Namespace, translator: Translator) -> int:
     return layers - 1 if args.layer is None else args.layer
 
 
+@contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    "Hold Ctrl-C back while the block runs: it arrives after, so counts match what was written."
+    pressed = []
+    previous = signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pressed:
+            raise KeyboardInterrupt
+
+
+def _lines(count: int) -> str:
+    return f"{count} line{'' if count == 1 else 's'}"
+
+
+def _stream(
+    translator: Translator, chunks: Iterable[list[str]], args: argparse.Namespace, out: TextIO
+) -> None:
+    "Translate and write chunk after chunk; a stop (an error, Ctrl-C) says what was written."
+    read, written = 0, 0  # input lines translated, output lines written (more with --nbest)
+    try:
+        for lines in chunks:
+            refused = None
+            try:
+                output = _output_lines(translator, lines, read, args)
+            except SentenceError as error:  # the lines before it are written, then it stops
+                refused, lines = error, lines[: error.index]
+                output = _output_lines(translator, lines, read, args) if lines else []
+            with _ctrl_c_held():  # written and counted, or neither
+                out.writelines(line + "\n" for line in output)
+                out.flush()  # shown now, while the next chunk is read
+                read, written = read + len(lines), written + len(output)
+            if refused:
+                raise ValueError(
+                    f"stopped at input line {read + 1} after writing {_lines(written)}: "
+                    f"line {read + 1} {refused.reason}"
+                )
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted after writing {_lines(written)}") from None
+
+
 def _translate(args: argparse.Namespace) -> None:
     chunks = _translate_inputs(args)
     first = next(chunks, [])  # read, so checked, before the model loads
@@ -420,13 +494,7 @@ def _translate(args: argparse.Namespace) -> None:
             if args.attention:  # `first` holds every sentence
                 _print_with_attention(translator, first, layer, args, out)
                 return
-            start = 0
-            for lines in itertools.chain([first], chunks):
-                out.writelines(
-                    line + "\n" for line in _output_lines(translator, lines, start, args)
-                )
-                out.flush()  # shown now, while the next chunk is read
-                start += len(lines)
+            _stream(translator, itertools.chain([first], chunks), args, out)
     except BrokenPipeError:  # the reader stopped early (`| head`): stop too, quietly
         # Python flushes stdout on exiting: not into the closed pipe
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -451,6 +519,8 @@ def _checked(
 
 
 _positive = _checked(int, lambda n: n >= 1, "a whole number at least 1")
+# the four special tokens, the 256 byte pieces and at least one character
+_vocab_size = _checked(int, lambda n: n >= 261, "a whole number at least 261")
 _seed = _checked(int, lambda n: 0 <= n < 2**32, "a whole number from 0 to 2**32 - 1")
 _alpha = _checked(float, lambda x: math.isfinite(x) and x >= 0, "a finite number at least 0")
 _dropout = _checked(float, lambda x: 0 <= x < 1, "a probability at least 0 and below 1")  # not NaN
@@ -565,7 +635,7 @@ def _train_parser(sub, parents: list[argparse.ArgumentParser]) -> None:
     t.add_argument("--tgt-lang", type=_language, help="Multi30k's target language (default en)")
     t.add_argument(
         "--vocab-size",
-        type=_positive,
+        type=_vocab_size,
         help=f"subwords: one shared vocabulary of this "
         f"size, tied embeddings (default for your own files: {DEFAULT_VOCAB_SIZE}; "
         f"Multi30k: words unless given)",
@@ -607,7 +677,17 @@ def _runtime_flags(t: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also write TensorBoard logs to OUT/tensorboard (pip install tensorboard)",
     )
-    t.add_argument("--quiet", action="store_true", help="no progress bars")
+    t.add_argument(
+        "--skip-long",
+        action="store_true",
+        default=None,
+        help="leave out training pairs longer than the model's max_len (default: refuse the data)",
+    )
+    t.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bars (none when the output is not a terminal)",
+    )
 
 
 def _model_flags(t: argparse.ArgumentParser) -> None:
@@ -834,14 +914,20 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():  # restores the default display afterwards
             warnings.showwarning = _one_line_warning(args.command)
             args.run(args)
-    except (UsageError, ValueError, OSError) as error:  # OSError: FileNotFoundError, ...
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print(f"annotated-transformer {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except (UsageError, ValueError, OSError, Interrupted) as error:  # OSError: FileNotFoundError
         if args.debug:
             raise
         under_torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1
         rank = f" (rank {os.environ['RANK']})" if under_torchrun else ""
         message = " ".join(str(error).splitlines())  # one line, whatever the library's message
-        print(f"annotated-transformer {args.command}{rank}: error: {message}", file=sys.stderr)
-        return 2 if isinstance(error, UsageError) else 1
+        kind = "" if isinstance(error, Interrupted) else "error: "
+        print(f"annotated-transformer {args.command}{rank}: {kind}{message}", file=sys.stderr)
+        return 2 if isinstance(error, UsageError) else 130 if isinstance(error, Interrupted) else 1
     return 0
 
 

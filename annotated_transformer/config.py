@@ -121,23 +121,14 @@ class TrainConfig:
     tgt_lang: str = "en"
     vocab_size: int | None = None  # subwords: one shared vocabulary of this size; None: words
     train_pairs: int | None = None  # a random subset of this many training pairs; None: all
+    skip_long: bool = False  # leave out training pairs longer than the model's max_len
 
     def __post_init__(self):
         if not isinstance(self.model, (ModelConfig, RecurrentConfig)):
             raise TypeError(f"model must be a ModelConfig or RecurrentConfig, got {self.model!r}")
         for name in _RULES:
             _check(name, getattr(self, name))
-        for name in ("src_lang", "tgt_lang"):
-            value = getattr(self, name)
-            if not (isinstance(value, str) and _LANGUAGE.fullmatch(value)):
-                raise ValueError(
-                    f"{name} must be a language code such as de, en or fr, got {name}={value!r}"
-                )
-        if self.model.share_embeddings and self.vocab_size is None:
-            raise ValueError(
-                "share_embeddings needs one vocabulary for both languages: "
-                "set vocab_size (subwords)"
-            )
+        _check_others(self)
 
     def to_dict(self) -> dict:
         "Plain data, for checkpoints."
@@ -152,6 +143,22 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown training setting {unknown[0]!r}")
         return cls(**{**d, "model": model_config(d["model"])})
+
+# %% ../nbs/13_configuration.ipynb #6975b1b1
+def _check_others(config: TrainConfig) -> None:
+    "Check the fields that are not numbers: the languages, skip_long, the tying of embeddings."
+    for name in ("src_lang", "tgt_lang"):
+        value = getattr(config, name)
+        if not (isinstance(value, str) and _LANGUAGE.fullmatch(value)):
+            raise ValueError(
+                f"{name} must be a language code such as de, en or fr, got {name}={value!r}"
+            )
+    if not isinstance(config.skip_long, bool):
+        raise ValueError(f"skip_long must be true or false, got skip_long={config.skip_long!r}")
+    if config.model.share_embeddings and config.vocab_size is None:
+        raise ValueError(
+            "share_embeddings needs one vocabulary for both languages: set vocab_size (subwords)"
+        )
 
 # %% ../nbs/13_configuration.ipynb #b87a9b4d
 PRECISION_NAMES = ("fp32", "bf16", "fp16")  # the multi-GPU chapter's PRECISIONS gives each a dtype

@@ -76,7 +76,10 @@ def download(url: str, dest: Path, sha256: str, timeout: float = 60.0) -> Path:
     try:
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
             total = int(response.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, leave=False) as bar:
+            bar = tqdm(
+                total=total, unit="B", unit_scale=True, desc=dest.name, leave=False, disable=None
+            )
+            with bar:  # disable=None: on a terminal only
                 while chunk := response.read(1 << 16):
                     out.write(chunk)
                     digest.update(chunk)
@@ -319,7 +322,8 @@ class SpacyTokenizer:
         if isinstance(texts, str):
             raise TypeError("tokenize takes a list of texts, not one text")
         docs = self.words.pipe(texts, batch_size=1000)
-        bar = tqdm(docs, total=len(texts), desc="tokenizing", disable=not progress, leave=False)
+        hidden = None if progress else True  # None: a bar on a terminal only
+        bar = tqdm(docs, total=len(texts), desc="tokenizing", disable=hidden, leave=False)
         return [[t.text for t in doc] for doc in bar]
 
     def detokenize(self, tokens: Sequence[str]) -> str:

@@ -1,5 +1,6 @@
-"""A training run's folder: one writer at a time, no run replaced without being told, and its files
-written so that an interruption never leaves a half-written one behind.
+"""A training run's folder: one writer at a time, no run replaced before its successor can start,
+no file written through a link, and files written so that an interruption never leaves a
+half-written one behind, nor debris that the next start does not clean.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/runs.html.md"""
 
@@ -8,6 +9,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/runs.html.md
 # %% ../nbs/15_runs.ipynb #41c1ecbf
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -15,6 +17,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -22,29 +25,32 @@ from filelock import FileLock, Timeout
 from .checkpoint import RunCheckpoint, save_checkpoint
 
 # %% auto #0
-__all__ = ['existing_run', 'claim_run_folder', 'write_history', 'save_epoch']
+__all__ = ['RUN_FILES', 'TEMPORARY', 'existing_run', 'refuse_links', 'RunFolder', 'claim_run_folder', 'write_history',
+           'save_epoch']
 
-# %% ../nbs/15_runs.ipynb #4f824321
+# %% ../nbs/15_runs.ipynb #3169060e
+RUN_FILES = ("last.pt", "epoch*.pt", "history.json")  # what a run writes in its folder
+TEMPORARY = (".last.pt.*.tmp", ".epoch*.pt.*.tmp", ".history.json.*.tmp")  # writes cut off
+
+
 def existing_run(out_dir: Path) -> list[str]:
     "The files of a run in `out_dir`: its checkpoints and its history."
-    return sorted(
-        p.name
-        for pattern in ("last.pt", "epoch*.pt", "history.json")
-        for p in out_dir.glob(pattern)
-    )
+    return sorted(p.name for pattern in RUN_FILES for p in out_dir.glob(pattern))
 
 
-@contextmanager
-def claim_run_folder(
-    out_dir: Path,
-    resume: bool,  # the folder must hold a run, which continues
-    overwrite: bool,  # a run in the folder is deleted first
-) -> Iterator[None]:
-    "Be the only writer of `out_dir` while the block runs, after checking what the folder holds."
-    if resume and overwrite:
-        raise ValueError(
-            "--resume continues the run in the folder and --overwrite replaces it: give one of them"
-        )
+def refuse_links(out_dir: Path, *names: str) -> None:
+    "Refuse a symbolic link where a run file should be: writing would go where it points."
+    for name in names:
+        if (out_dir / name).is_symlink():
+            raise ValueError(
+                f"{out_dir / name} is a symbolic link: a run's files are never "
+                f"written through links; remove it or choose another --out"
+            )
+
+# %% ../nbs/15_runs.ipynb #561b9b46
+def _lock(out_dir: Path) -> FileLock:
+    "The folder's lock, acquired: one writer at a time, the holder named to the others."
+    refuse_links(out_dir, ".lock", ".writer")
     lock, holder = FileLock(out_dir / ".lock", timeout=0), out_dir / ".writer"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -52,35 +58,110 @@ def claim_run_folder(
     except Timeout:
         who = holder.read_text().strip() if holder.is_file() else "another process"
         raise ValueError(
-            f"{out_dir} is in use by another training run ({who}): wait for it to end or choose another --out"
+            f"{out_dir} is in use by another training run ({who}): wait for it to "
+            f"end or choose another --out"
         ) from None
     except OSError as error:  # a file where a folder should be, no permission
         raise ValueError(
             f"cannot use {out_dir} as the output folder: {error.strerror or error}"
         ) from None
+    return lock
+
+
+def _write_holder(out_dir: Path) -> None:
+    "Note who holds the lock in .writer, never through a link (O_NOFOLLOW)."
+    since = time.strftime("%Y-%m-%d %H:%M:%S")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
     try:
-        holder.write_text(
-            f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
-        )
-        previous = existing_run(out_dir)
-        if previous and not (resume or overwrite):
+        fd = os.open(out_dir / ".writer", flags, 0o644)
+    except OSError as error:
+        if error.errno == errno.ELOOP:  # a link planted after the check
             raise ValueError(
-                f"{out_dir} already holds a training run ({', '.join(previous)}): "
-                f"pass --resume to continue it or --overwrite to replace it"
-            )
-        for name in previous if overwrite else []:
-            (out_dir / name).unlink()
-        yield
+                f"{out_dir / '.writer'} is a symbolic link: refusing to write through it"
+            ) from None
+        raise
+    with os.fdopen(fd, "w") as f:
+        f.write(f"pid {os.getpid()} on {socket.gethostname()}, since {since}\n")
+
+# %% ../nbs/15_runs.ipynb #8e65391e
+@dataclass
+class RunFolder:
+    "A claimed run folder: where the run writes, and the old run it replaces at its first save."
+
+    path: Path
+    replaced: list[str] = field(
+        default_factory=list
+    )  # an old run's files, deleted at the first save
+    cleaned: int = 0  # temporary files left by an interrupted write, removed when claimed
+
+    def save_epoch(self, ckpt: RunCheckpoint, keep_epochs: int) -> None:
+        "Write the epoch's checkpoints and history (the old run goes first, if one is replaced)."
+        refuse_links(self.path, "last.pt", f"epoch{ckpt.epoch}.pt", "history.json")
+        for name in self.replaced:  # the new run is about to write its first checkpoint
+            (self.path / name).unlink(missing_ok=True)
+        self.replaced = []
+        save_epoch(self.path, ckpt, keep_epochs)
+
+    def restore_epoch_file(self, ckpt: RunCheckpoint) -> bool:
+        "Write epoch{k}.pt from last.pt if a kill came between the two; whether it was missing."
+        path = self.path / f"epoch{ckpt.epoch}.pt"
+        if path.exists() or path.is_symlink():
+            return False
+        save_checkpoint(path, ckpt.weights_only())
+        return True
+
+# %% ../nbs/15_runs.ipynb #888eb92e
+def _check_contents(out_dir: Path, resume: bool, overwrite: bool) -> list[str]:
+    "The run files in `out_dir`, if what the folder holds allows the start asked for."
+    previous = existing_run(out_dir)
+    refuse_links(out_dir, *previous)  # read on a resume, replaced on an overwrite: never followed
+    if previous and not (resume or overwrite):
+        can_resume = "--resume to continue it or " if "last.pt" in previous else ""
+        raise ValueError(
+            f"{out_dir} already holds a training run ({', '.join(previous)}): "
+            f"pass {can_resume}--overwrite to replace it"
+        )
+    if resume and not previous:
+        raise FileNotFoundError(
+            f"--resume: no checkpoint at {out_dir / 'last.pt'}: start the run without --resume"
+        )
+    if resume and "last.pt" not in previous:
+        raise ValueError(
+            f"--resume: {out_dir} holds only {', '.join(previous)}, no last.pt to continue "
+            f"from: train it again with --overwrite"
+        )
+    return previous
+
+
+@contextmanager
+def claim_run_folder(
+    out_dir: Path,
+    resume: bool,  # the folder must hold a run, which continues
+    overwrite: bool,  # a run in the folder is replaced when this one writes its first checkpoint
+) -> Iterator[RunFolder]:
+    "Be the only writer of `out_dir` while the block runs, after checking what the folder holds."
+    if resume and overwrite:
+        raise ValueError(
+            "--resume continues the run in the folder and --overwrite replaces it: give one of them"
+        )
+    lock = _lock(out_dir)
+    try:
+        _write_holder(out_dir)
+        debris = [p for pattern in TEMPORARY for p in out_dir.glob(pattern)]
+        for path in debris:
+            path.unlink(missing_ok=True)
+        previous = _check_contents(out_dir, resume, overwrite)
+        yield RunFolder(out_dir, previous if overwrite else [], len(debris))
     finally:
-        holder.unlink(missing_ok=True)
+        (out_dir / ".writer").unlink(missing_ok=True)
         lock.release()
 
 # %% ../nbs/15_runs.ipynb #c9f4b043
 def write_history(out_dir: Path, history: list[dict]) -> None:
-    "Write `history` to out_dir/history.json atomically (a temporary file of its own, renamed over the old one)."
+    "Write `history` to out_dir/history.json atomically: a temporary file, renamed over the old one."
     tmp = out_dir / f".history.json.{uuid.uuid4().hex}.tmp"
     try:
-        with open(tmp, "x") as f:
+        with open(tmp, "x") as f:  # "x": a new file, never one a link points to
             json.dump(history, f, indent=1)
         os.replace(tmp, out_dir / "history.json")
     finally:
@@ -88,8 +169,8 @@ def write_history(out_dir: Path, history: list[dict]) -> None:
 
 
 def save_epoch(out_dir: Path, ckpt: RunCheckpoint, keep_epochs: int) -> None:
-    "Write epoch{k}.pt and last.pt for the epoch that `ckpt` ends, keeping `keep_epochs` epoch files."
-    save_checkpoint(out_dir / f"epoch{ckpt.epoch}.pt", ckpt.weights_only())
+    "Write last.pt and epoch{k}.pt for the epoch `ckpt` ends, keeping `keep_epochs` epoch files."
     save_checkpoint(out_dir / "last.pt", ckpt)
+    save_checkpoint(out_dir / f"epoch{ckpt.epoch}.pt", ckpt.weights_only())
     write_history(out_dir, ckpt.history)
     (out_dir / f"epoch{ckpt.epoch - keep_epochs}.pt").unlink(missing_ok=True)

@@ -221,15 +221,15 @@ def checked_model_bytes(
 class SubwordTokenizer:
     "A sentencepiece BPE model: raw text <-> subword pieces, lossless (a data.Tokenizer)."
 
-    def __init__(self, model: bytes):  # a serialized sentencepiece model (its ModelProto)
-        self.model = bytes(model)
+    def __init__(self, model: bytes, source: str = "the model"):  # source: named in errors
+        self.model = bytes(model)  # a serialized sentencepiece model (its ModelProto)
         try:
             self.processor = spm.SentencePieceProcessor(model_proto=self.model)
-            if self.processor.get_piece_size() == 0:  # b"" parses, as a model without pieces
+            if not self.pieces():  # b"" parses, as a model without pieces
                 raise RuntimeError
-        except RuntimeError:
+        except (RuntimeError, UnicodeDecodeError):  # not a model; a piece that is not UTF-8
             raise ValueError(
-                f"these {len(self.model)} bytes are not a sentencepiece model"
+                f"{source}: not a sentencepiece model (damaged, or empty: {len(self.model)} bytes)"
             ) from None
 
     @classmethod
@@ -265,7 +265,7 @@ class SubwordTokenizer:
     @classmethod
     def from_state_dict(cls, state: dict, source: str = "the checkpoint") -> SubwordTokenizer:
         "The tokenizer `state_dict` stored (in `source`, named in errors), checked against its SHA-256."
-        return cls(checked_model_bytes(state, source))
+        return cls(checked_model_bytes(state, source), f"{source}'s subword model")
 
 # %% ../nbs/12_subwords.ipynb #b6d3019a
 def shared_vocab(tokenizer: SubwordTokenizer) -> Vocab:

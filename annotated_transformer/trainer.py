@@ -14,7 +14,7 @@ import math
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,9 +25,9 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 # %% auto #0
-__all__ = ['VAL_EXTRA', 'run_config', 'load_pairs', 'check_same_data', 'training_subset', 'new_tokenizers', 'build_vocabularies',
-           'check_lengths', 'RunData', 'prepare_data', 'Training', 'build_training', 'restore', 'validate',
-           'tensorboard_writer', 'fit_epoch', 'epoch_checkpoint', 'fit', 'train']
+__all__ = ['VAL_EXTRA', 'FIGURES', 'run_config', 'load_pairs', 'check_same_data', 'training_subset', 'new_tokenizers',
+           'build_vocabularies', 'too_long', 'check_lengths', 'RunData', 'prepare_data', 'Training', 'build_training',
+           'restore', 'validate', 'tensorboard_writer', 'fit_epoch', 'epoch_checkpoint', 'fit', 'train']
 
 # %% ../nbs/07_multi30k.ipynb #aed88503
 from .batching import make_loader
@@ -58,7 +58,7 @@ from annotated_transformer.distributed import (
 )
 from .losses import FusedLabelSmoothing, LabelSmoothing, sequence_loss
 from .model import count_parameters
-from .runs import claim_run_folder, save_epoch
+from .runs import RunFolder, claim_run_folder
 from .subwords import SubwordTokenizer, shared_vocab
 from .training import TrainState, noam_optimizer, run_epoch
 from .translation import Search, Translator, bleu
@@ -173,21 +173,31 @@ def build_vocabularies(
 VAL_EXTRA = 50  # validation's translations may be this many tokens longer than their source (§6.1)
 
 
+def too_long(data: EncodedPairs, max_len: int, extra: int = 0) -> list[int]:
+    "The pairs (with <s> and </s>, and `extra` tokens of room) longer than `max_len` positions."
+    return [i for i, (src, tgt) in enumerate(data) if max(len(src) + extra, len(tgt)) > max_len]
+
+
 def check_lengths(
     data: EncodedPairs,
     split: str,  # names the data in the error
     max_len: int,  # the model's positional table
     extra: int = 0,  # output tokens a translation of the source may add (validation: 50)
+    sources: Sequence[str] = (),  # the source sentences, quoted in the error
 ) -> None:
     "Raise a clear error if a pair (with <s> and </s>) does not fit in `max_len` positions."
-    for i, (src, tgt) in enumerate(zip(data.src, data.tgt)):
-        needed = max(len(src) + extra, len(tgt))
-        if needed > max_len:
-            room = f" + {extra} for its translation" if extra else ""
-            raise ValueError(
-                f"{split} pair {i + 1} needs {needed} positions ({len(src) - 2} source "
-                f"tokens{room}), more than the model's max_len={max_len}"
-            )
+    for i in too_long(data, max_len, extra)[:1]:
+        src, tgt = data[i]
+        needed, room = (
+            max(len(src) + extra, len(tgt)),
+            f" + {extra} for its translation" if extra else "",
+        )
+        quote = f" ({sources[i][:40]!r})" if sources else ""
+        hint = "" if extra else ": leave such pairs out with --skip-long (skip_long=True)"
+        raise ValueError(
+            f"{split} pair {i + 1}{quote} needs {needed} positions ({len(src) - 2} source "
+            f"tokens{room}), more than the model's max_len={max_len}{hint}"
+        )
 
 # %% ../nbs/07_multi30k.ipynb #f0389abe
 @dataclass
@@ -209,6 +219,7 @@ def prepare_data(
     origin: dict,
     ckpt: RunCheckpoint | None,  # a resumed run's: its tokenizers and vocabularies
     progress: bool,
+    log: Callable[[str], None] = print,
 ) -> RunData:
     "Tokenizers and vocabularies (new, or the run's), every pair as ids, every length checked."
     tokenizers = ckpt.tokenizers() if ckpt is not None else new_tokenizers(config, pairs["train"])
@@ -223,8 +234,18 @@ def prepare_data(
     else:
         vocabs = build_vocabularies(config, tokenizers, tokens["train"])
     train_ids, val_ids = (encode_pairs(*tokens[split], *vocabs) for split in ("train", "val"))
-    check_lengths(train_ids, "training", config.model.max_len)
-    check_lengths(val_ids, "validation", config.model.max_len, extra=VAL_EXTRA)
+    long = too_long(train_ids, config.model.max_len) if config.skip_long else []
+    if long:
+        log(f"left out {len(long):,} training pairs longer than max_len={config.model.max_len}")
+        train_ids = EncodedPairs(
+            *(
+                [s for i, s in enumerate(side) if i not in set(long)]
+                for side in (train_ids.src, train_ids.tgt)
+            )
+        )
+    sources = {split: [src for src, _ in pairs[split]] for split in pairs}
+    check_lengths(train_ids, "training", config.model.max_len, sources=sources["train"])
+    check_lengths(val_ids, "validation", config.model.max_len, VAL_EXTRA, sources["val"])
     return RunData(tokenizers, *vocabs, train_ids, val_ids, pairs["val"], origin)
 
 # %% ../nbs/07_multi30k.ipynb #b5c26f61
@@ -298,6 +319,9 @@ def validate(
         return loss, math.exp(nll), scores.sacrebleu
 
 # %% ../nbs/07_multi30k.ipynb #c9f4b043
+FIGURES = ("train_loss", "val_loss", "val_ppl", "val_bleu", "lr", "tokens_per_second")  # logged
+
+
 def tensorboard_writer(out_dir: Path):
     "A TensorBoard `SummaryWriter` logging to out_dir/tensorboard, with a clear error if the package is missing."
     try:
@@ -378,7 +402,7 @@ def epoch_checkpoint(
 
 # %% ../nbs/07_multi30k.ipynb #32c1a468
 def fit(
-    out_dir: Path,
+    folder: RunFolder | None,  # the claimed run folder; None on all but the first process
     config: TrainConfig,
     data: RunData,
     training: Training,
@@ -395,7 +419,7 @@ def fit(
     )
     val_loader = make_loader(data.val, pad, max_tokens, shuffle=False)
     wrapped = wrap_for_training(training.model, device, world, options.compile)
-    writer = tensorboard_writer(out_dir) if options.tensorboard and rank == 0 else None
+    writer = tensorboard_writer(folder.path) if options.tensorboard and rank == 0 else None
     run_id = ckpt.run_id if ckpt is not None else uuid.uuid4().hex  # 0.1 checkpoints have none
     for epoch in range(len(training.history), config.epochs):
         start = time.time()
@@ -410,22 +434,25 @@ def fit(
                 f"val perplexity {ppl:.2f}, val sacreBLEU {bleu:.2f} ({entry['seconds']:.0f} s)"
             )
             ckpt = epoch_checkpoint(config, data, training, rng, run_id)
-            save_epoch(out_dir, ckpt, options.keep_epochs)
+            folder.save_epoch(ckpt, options.keep_epochs)  # the first replaces an old run
             if writer:
-                for name in (
-                    "train_loss",
-                    "val_loss",
-                    "val_ppl",
-                    "val_bleu",
-                    "lr",
-                    "tokens_per_second",
-                ):
+                for name in FIGURES:
                     writer.add_scalar(name, entry[name], epoch + 1)
         if world > 1:
             dist.barrier()  # the others wait while the first validates and saves
     if writer:
         writer.close()
     return ckpt if rank == 0 else None
+
+# %% ../nbs/07_multi30k.ipynb #f638428d
+def _tidy(folder: RunFolder, ckpt: RunCheckpoint | None, log: Callable[[str], None]) -> None:
+    "Say what an interrupted write left, and write the epoch file a kill kept from being written."
+    if folder.cleaned:
+        log(
+            f"removed {folder.cleaned} temporary file(s) an interrupted write left in {folder.path}"
+        )
+    if ckpt is not None and folder.restore_epoch_file(ckpt):
+        log(f"wrote epoch{ckpt.epoch}.pt again from last.pt (the run was stopped between the two)")
 
 # %% ../nbs/07_multi30k.ipynb #08a858bd
 def train(
@@ -445,16 +472,18 @@ def train(
     if rank > 0:
         log, options = (lambda message: None), replace(options, progress=False)
     device = torch.device(options.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    with claim_run_folder(out_dir, resume, overwrite) if rank == 0 else nullcontext():
+    with claim_run_folder(out_dir, resume, overwrite) if rank == 0 else nullcontext() as folder:
         last = out_dir / "last.pt"
         ckpt = load_checkpoint(last) if resume else None
+        if folder is not None:
+            _tidy(folder, ckpt, log)
         config = run_config(config, ckpt, files is not None or pairs is not None, str(last))
         torch.manual_seed(config.seed + rank)  # rank 0's weights are everyone's (DDP copies them)
         random.seed(config.seed + rank)
         split_pairs, origin = load_pairs(config, data_dir, files, pairs, log)
         if ckpt is not None and ckpt.data is not None:  # checkpoints of version 0.2 do not say
             check_same_data(ckpt.data, origin, last)
-        data = prepare_data(config, split_pairs, origin, ckpt, options.progress)
+        data = prepare_data(config, split_pairs, origin, ckpt, options.progress, log)
         training = build_training(config, data, options, device)
         if ckpt is not None:
             restore(training, ckpt, log)
@@ -469,4 +498,4 @@ def train(
             f"{len(data.tgt_vocab):,}; {count_parameters(training.model) / 1e6:.1f}M parameters on "
             f"{device}{processes}{precision}"
         )
-        return fit(out_dir, config, data, training, options, device, ckpt, log)
+        return fit(folder, config, data, training, options, device, ckpt, log)

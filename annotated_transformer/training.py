@@ -184,7 +184,8 @@ def run_epoch(
     total_loss, total_tokens, pending, step_tokens = 0.0, 0, 0, 0
     unread = []  # (loss on the device, batch of this pass, batch of the run, optimizer steps)
     start, label = time.perf_counter(), desc or ("train" if training else "eval")
-    bar = tqdm(batches, desc=label, disable=not progress, leave=False)
+    # disable=None: a bar on a terminal only, never redrawn into a log file
+    bar = tqdm(batches, desc=label, disable=None if progress else True, leave=False)
     with torch.set_grad_enabled(training):
         for i, (batch, last) in enumerate(_with_last(bar)):
             batch = batch if device is None else batch.to(device)

@@ -26,7 +26,7 @@ from .model import KINDS, EncoderDecoder, attention_weights
 from .recurrent import RecurrentEncoderDecoder
 
 # %% auto #0
-__all__ = ['GREEDY', 'Scored', 'Search', 'BleuScores', 'bleu', 'AttentionMaps', 'check_kind', 'Translator']
+__all__ = ['GREEDY', 'Scored', 'Search', 'BleuScores', 'bleu', 'AttentionMaps', 'check_kind', 'Translator', 'SentenceError']
 
 # %% ../nbs/06_translation.ipynb #4fbe9370
 @dataclass(frozen=True)
@@ -200,19 +200,26 @@ class Translator:
         return _attention(self, sentence, translation, search)
 
 # %% ../nbs/06_translation.ipynb #5b0cd53a
+class SentenceError(ValueError):
+    "A sentence the model cannot translate; `index` is its place in the sentences given."
+
+    def __init__(self, index: int, reason: str):
+        super().__init__(f"sentence {index} {reason}")
+        self.index, self.reason = index, reason
+
+
 def _tokenize(translator: Translator, sentences: Sequence[str], max_extra: int) -> list[list[str]]:
     "The source tokens of each sentence, checked to be something the model can translate."
     empty = [i for i, s in enumerate(sentences) if not s.strip()]
     if empty:
-        raise ValueError(f"sentence {empty[0]} is empty: there is nothing to translate")
+        raise SentenceError(empty[0], "is empty: there is nothing to translate")
     tokens = translator.src_tokenizer.tokenize(sentences)
     longest = translator.model.max_len - max_extra - 2  # <s>, </s> and room for the output
     too_long = [i for i, t in enumerate(tokens) if len(t) > longest]
     if too_long:
         i = too_long[0]
-        raise ValueError(
-            f"sentence {i} has {len(tokens[i])} tokens, too long for this model (at most {longest})"
-        )
+        reason = f"has {len(tokens[i])} tokens, too long for this model (at most {longest})"
+        raise SentenceError(i, reason)
     return tokens
 
 
@@ -231,12 +238,13 @@ def _nbest(
     t = translator
     t.model.eval()
     starts = range(0, len(order), search.batch_size)
-    for start in tqdm(starts, desc="translating", disable=not progress, leave=False):
+    hidden = None if progress else True  # None: a bar on a terminal only
+    for start in tqdm(starts, desc="translating", disable=hidden, leave=False):
         rows = order[start : start + search.batch_size]
-        batch = [tokens[i] for i in rows]
-        for i, best in zip(
-            rows, _search_batch(t.model, t.src_vocab, t.tgt_vocab, batch, search, n)
-        ):
+        found = _search_batch(
+            t.model, t.src_vocab, t.tgt_vocab, [tokens[i] for i in rows], search, n
+        )
+        for i, best in zip(rows, found):
             results[i] = best
     return results
 

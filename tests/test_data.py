@@ -28,12 +28,14 @@ from __future__ import annotations
 import functools
 import gzip
 import hashlib
+import io
 import http.server
 import json
 import os
 import random
 import re
 import socket
+import sys
 import threading
 import urllib.parse
 import urllib.request
@@ -918,7 +920,9 @@ def test_tokenizers_split_punctuation(tokenizers):
     assert en.tokenize(["The dog doesn't run."]) == [["The", "dog", "does", "n't", "run", "."]]
 
 
-def test_tokenize_keeps_the_order_and_shows_a_progress_bar_only_when_asked(tokenizers, capsys):
+def test_tokenize_keeps_the_order_and_shows_a_progress_bar_only_when_asked(
+    tokenizers, capsys, monkeypatch
+):
     de, en = tokenizers
     texts = ["Ein Mann fährt Fahrrad.", "Zwei Frauen, die am Strand spielen!"]
     assert de.tokenize(texts) == [
@@ -932,7 +936,17 @@ def test_tokenize_keeps_the_order_and_shows_a_progress_bar_only_when_asked(token
     assert de.tokenize(many, progress=True) == [
         ["Satz", str(i), ",", "bitte", "!"] for i in range(1500)
     ]
-    assert "tokenizing" in capsys.readouterr().err
+    assert capsys.readouterr().err == ""  # asked for, but standard error is no terminal
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    assert de.tokenize(many[:10], progress=True) == [
+        ["Satz", str(i), ",", "bitte", "!"] for i in range(10)
+    ]
+    assert "tokenizing" in sys.stderr.getvalue()  # a bar, on a terminal
     with pytest.raises(TypeError, match="tokenize takes a list of texts, not one text"):
         de.tokenize("Ein Mann.")
 

@@ -248,8 +248,12 @@ def test_sentences_too_long_are_refused_before_training(pairs: dict, tmp_path: P
     pairs = {**pairs, "val": [*pairs["val"], too_long]}
     config = replace(SMALL, model=replace(SMALL.model, max_len=60))
     logged = []
-    message = f"^validation pair {len(pairs['val'])} needs 76 positions \\(24 source tokens \\+ "
-    with pytest.raises(ValueError, match=message + "50 for its translation\\), .*max_len=60$"):
+    message = (
+        f"^validation pair {len(pairs['val'])} \\('Ein Mann .*'\\) needs 76 positions \\(24 source "
+    )
+    with pytest.raises(
+        ValueError, match=message + "tokens \\+ 50 for its translation\\), .*max_len=60$"
+    ):
         train(tmp_path / "run", config, pairs=pairs, options=QUIET, log=logged.append)
     assert not logged and not list((tmp_path / "run").glob("*.pt"))  # before the first epoch
     vocab = Vocab.build([["a"] * 30], min_freq=1)
@@ -416,8 +420,9 @@ def test_claim_run_folder(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"already holds a training run \(epoch1.pt, last.pt\)"):
         with claim_run_folder(out, resume=False, overwrite=False):
             pass
-    with claim_run_folder(out, resume=False, overwrite=True):
-        assert existing_run(out) == []  # deleted first
+    with claim_run_folder(out, resume=False, overwrite=True) as folder:
+        assert existing_run(out) == ["epoch1.pt", "last.pt"]  # kept until the new run saves
+        assert folder.replaced == ["epoch1.pt", "last.pt"]
     (tmp_path / "file").write_text("")
     with pytest.raises(ValueError, match="^cannot use .*file/run as the output folder"):
         with claim_run_folder(tmp_path / "file" / "run", resume=False, overwrite=False):
