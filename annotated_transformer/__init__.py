@@ -15,11 +15,13 @@ which is the one place the order is written (a test reads it from here).
 - `annotated_transformer.subwords` (subwords): `SubwordTokenizer`, `shared_vocab`, `learn_bpe`, `apply_bpe`
 - `annotated_transformer.checkpoint` (checkpoints): `RunCheckpoint`, `save_checkpoint`, `load_checkpoint`, `average_last`
 - `annotated_transformer.translation` (from a model to translations): `Translator`, `Search`, `bleu`, `AttentionMaps`
+- `annotated_transformer.engines` (serving: export to CTranslate2): `export_model`, `ExportedTranslator`, `is_exported`
 - `annotated_transformer.distributed` (many GPUs): `setup_distributed`, `wrap_for_training`, `model_flops_utilization`
 - `annotated_transformer.runs` (run folders): `claim_run_folder`, `save_epoch`
 - `annotated_transformer.trainer` (training on Multi30k): `train`, and the steps it is made of
 - `annotated_transformer.visualization` (what the model attends to): `plot_attention`, `plot_sentence`, `AttentionView`
 - `annotated_transformer._chapters` (hand-written, private): what the notebooks share to run their chapters
+- `annotated_transformer._diagrams` (hand-written, private): the book's figures, drawn as SVG
 - `annotated_transformer.cli` (hand-written): the console command `annotated-transformer`
 
 Modules:
@@ -28,6 +30,7 @@ Modules:
 - `annotated_transformer.cli`: The console command `annotated-transformer`: train, evaluate and translate, on Multi30k or your own parallel text.
 - `annotated_transformer.config`: A run's settings in one place: the named model sizes, the training configuration with every field checked by type and range, the options that are not stored, and how the settings of a run are resolved from defaults, a config file, command-line flags and, on a resume, its checkpoint.
 - `annotated_transformer.data`: Multi30k from the raw files (download, cache and verify) or your own line-aligned files; tokenizers for words, behind one small interface; vocabularies; sentences as ids.
+- `annotated_transformer.engines`: From a trained checkpoint to a fast translator anywhere: the model written as a CTranslate2 model folder (with int8 weights if asked), served by the same command line and Python interface, and our own decoder measured against the engine.
 - `annotated_transformer.runs`: A training run's folder: one writer at a time, no run replaced before its successor can start, no file written through a link, and files written so that an interruption never leaves a half-written one behind, nor debris that the next start does not clean.
 - `annotated_transformer.trainer`: Train the Transformer on Multi30k, from the sentence pairs to a checkpoint per epoch, in small steps; then translate the test set and score it with BLEU the way the field does.
 - `annotated_transformer.translation`: Text in, text out: a `Translator` holds a trained model with its vocabularies and tokenizers, searches for translations in batches, scores them with BLEU the way the field does, and shows what the model attends to for a sentence.

@@ -1,5 +1,5 @@
 """What the notebooks share to run their chapters: the repository root, the model they decode,
-synthetic data, and the console command run in subprocesses.
+synthetic data, the console command run in subprocesses, and tables of recorded results.
 
 Hand-written (not exported from a notebook) and private: the library does not need it; the Multi30k,
 attention and multi-GPU chapters and the tests do.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import json
 import os
 import random
 import subprocess
@@ -30,7 +31,7 @@ CPU_CONFIG = TrainConfig(model=run_model("small"), epochs=3, max_tokens=2048, wa
 
 
 def chapter_run(root: Path = ROOT) -> tuple[Path, bool]:
-    "The run the notebooks decode and whether it is a full run: $MULTI30K_RUN, else the CPU default."
+    "The run the notebooks decode, and whether it is a full run: $MULTI30K_RUN, or the CPU default."
     if os.environ.get(FULL_RUN_ENV):
         return Path(os.environ[FULL_RUN_ENV]), True
     run_dir = Path(root) / "runs" / "multi30k-cpu"  # trained first if unfinished
@@ -151,3 +152,31 @@ def largest_difference(a: dict[str, Tensor] | Path, b: dict[str, Tensor] | Path)
     if a.keys() != b.keys():
         raise ValueError(f"the two models have different weights: {sorted(a.keys() ^ b.keys())}")
     return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    "A Markdown table: what a cell that reads `results/` shows (in the book and the README)."
+    lines = [header, ["---"] * len(header), *rows]
+    return "\n".join("| " + " | ".join(str(x) for x in line) + " |" for line in lines)
+
+
+def multi30k_scores(root: Path = ROOT, record: Path | None = None) -> str:
+    "A recorded run's test2016 BLEU (by default results/multi30k.json), with the run that made it."
+    record = Path(record or Path(root) / "results" / "multi30k.json")
+    run = json.loads(record.read_text())
+    rows = [
+        [decoding, f"{s['sacrebleu']:.2f}", f"{s['tokenized_lowercase']:.2f}"]
+        for decoding, s in run["test2016"].items()
+    ]
+    table = markdown_table(["test2016, decoding", "sacreBLEU", "tokenized BLEU"], rows)
+    return (
+        f"{table}\n\nRun: {run['what']}; {run['epochs']} epochs, "
+        f"{run['training_hours']:.2f} hours on {run['machine']} (`results/{record.name}`)."
+    )
+
+
+def show_result(name: str, run: str, last: int | None = None, root: Path = ROOT) -> None:
+    "Print a recorded result (results/NAME, its last `last` lines) under the run that wrote it."
+    lines = (Path(root) / "results" / name).read_text().splitlines()
+    print(f"results/{name}, from {run}:")
+    print("\n".join(lines[-last:] if last else lines))

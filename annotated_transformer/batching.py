@@ -23,26 +23,29 @@ __all__ = ['Batch', 'cut_batches', 'TokenBatchSampler', 'collate', 'make_loader'
 
 # %% ../nbs/02_batching.ipynb #5b0f3f24
 class Batch:
-    "Source and target ids (B, L) with their masks; the target is split into decoder input `tgt` and labels `tgt_y`."
+    """Source and target ids (B, L) with their masks; the target is split into decoder input `tgt`
+    and labels `tgt_y`."""
 
     def __init__(
         self,
         src: Tensor,  # (B, S) source ids
-        tgt: Tensor
-        | None = None,  # (B, T + 1) target ids, start symbol first; None for a source-only batch
+        # (B, T + 1) target ids, start symbol first; None for a source-only batch
+        tgt: Tensor | None = None,
         *,
         pad: int,  # the padding id of the vocabulary
     ):
         if src.dim() != 2 or src.numel() == 0:
             raise ValueError(
-                f"empty batch: src must be a non-empty (batch, length) tensor of ids, got shape {tuple(src.shape)}"
+                "empty batch: src must be a non-empty (batch, length) tensor of ids, "
+                f"got shape {tuple(src.shape)}"
             )
         self.src = src  # (B, S)
         self.src_mask = (src != pad).unsqueeze(-2)  # (B, 1, S)
         if tgt is not None:
             if tgt.dim() != 2 or tgt.size(0) != src.size(0) or tgt.size(1) < 2:
                 raise ValueError(
-                    f"tgt must be (batch={src.size(0)}, length >= 2) to hold a start symbol and a token, got shape {tuple(tgt.shape)}"
+                    f"tgt must be (batch={src.size(0)}, length >= 2) to hold a start symbol "
+                    f"and a token, got shape {tuple(tgt.shape)}"
                 )
             self.tgt = tgt[:, :-1]  # (B, T): decoder input, begins with the start symbol
             self.tgt_y = tgt[:, 1:]  # (B, T): the tokens to predict
@@ -50,7 +53,8 @@ class Batch:
             self.ntokens = int((self.tgt_y != pad).sum())
             if self.ntokens == 0:
                 raise ValueError(
-                    f"every target token in this batch of {src.size(0)} is padding (pad={pad}): there is nothing to learn from it"
+                    f"every target token in this batch of {src.size(0)} is padding (pad={pad}): "
+                    "there is nothing to learn from it"
                 )
 
     @staticmethod

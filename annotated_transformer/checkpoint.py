@@ -102,7 +102,7 @@ class RunCheckpoint:
         return replace(self, resume=None)
 
     def tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
-        "The run's (source, target) tokenizers: its subword model twice, or spaCy's for its languages."
+        "The (source, target) tokenizers: the run's subword model twice, or its languages' spaCy."
         if self.tokenizer is not None:
             return self.tokenizer, self.tokenizer
         return load_tokenizers((self.config.src_lang, self.config.tgt_lang))
@@ -118,7 +118,7 @@ REQUIRED = ("config", "model", "src_vocab", "tgt_vocab", "epoch", "history")
 
 
 def _parse(d: object, source: str) -> RunCheckpoint:
-    "The RunCheckpoint of a checkpoint's plain data, every part checked; ValueError naming `source`."
+    "The RunCheckpoint of a checkpoint's plain data, all checked; ValueError naming `source`."
     if not isinstance(d, dict):
         raise ValueError(
             f"{source} holds a {type(d).__name__}, not a checkpoint that `train` wrote"
@@ -189,7 +189,8 @@ def save_checkpoint(path: str | Path, ckpt: RunCheckpoint) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # a temporary name of its own ("x": never an existing file), so two writers never write into
-    # one file; unlike mkstemp's private files it gets the umask's permissions, as the checkpoint should
+    # one file; unlike mkstemp's private files it gets the umask's permissions, as a checkpoint
+    # file should
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
         with open(tmp, "xb") as f:
@@ -202,11 +203,10 @@ def save_checkpoint(path: str | Path, ckpt: RunCheckpoint) -> None:
 
 # %% ../nbs/14_checkpoints.ipynb #aada22c2
 def torch_load_safely(path: Path) -> object:
-    "What `torch.save` wrote to `path`, read with PyTorch's restricted unpickler: tensors and plain data only."
+    "What `torch.save` wrote to `path`, via PyTorch's restricted unpickler: tensors and plain data."
     try:
-        with torch.serialization.safe_globals(
-            [bytes]
-        ):  # an empty bytes object is pickled as bytes()
+        # an empty bytes object is pickled as bytes()
+        with torch.serialization.safe_globals([bytes]):
             return torch.load(path, map_location="cpu", weights_only=True)
     # the restricted unpickler met something it does not build
     except pickle.UnpicklingError as error:
@@ -269,7 +269,7 @@ def _state_dict(path: str | Path) -> dict[str, Tensor]:
 
 
 def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Tensor]:
-    "The element-wise mean of the checkpoints' weights (in float32); non-float tensors from the last one."
+    "The element-wise mean of the checkpoints' weights (in float32); other tensors: the last one's."
     if not paths:
         raise ValueError("no checkpoints to average")
     first = _state_dict(paths[0])
@@ -282,7 +282,8 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Tensor]:
         for name, v in state.items():
             if v.shape != first[name].shape:
                 raise ValueError(
-                    f"{name!r} is {tuple(v.shape)} in {path} but {tuple(first[name].shape)} in {paths[0]}"
+                    f"{name!r} is {tuple(v.shape)} in {path} "
+                    f"but {tuple(first[name].shape)} in {paths[0]}"
                 )
             total[name] = total[name] + v.float() if v.is_floating_point() else v
     return {
@@ -301,7 +302,7 @@ def _same_run(a: RunCheckpoint, b: RunCheckpoint) -> bool:
 
 
 def average_last(path: str | Path, k: int) -> RunCheckpoint:
-    "The checkpoint at `path`, its weights the mean of its last `k` epochs' (`epoch{e}.pt` beside it)."
+    "The checkpoint at `path`, its weights the mean of its last `k` epochs' (`epoch{e}.pt`)."
     if k < 1:
         raise ValueError(f"the number of checkpoints to average must be at least 1, got {k}")
     path = Path(path)

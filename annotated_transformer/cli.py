@@ -19,6 +19,10 @@ own parallel text.
     producer | annotated-transformer translate --checkpoint RUN/last.pt --buffer-size 1 | consumer
     annotated-transformer translate --checkpoint runs/multi30k/last.pt --beam 4 --nbest 4 \\
         --output nbest.tsv < test.de
+    annotated-transformer export --checkpoint runs/multi30k/last.pt --out runs/multi30k-ct2 \\
+        --quantization int8
+    annotated-transformer translate --checkpoint runs/multi30k-ct2 "Ein Mann fährt Fahrrad."
+    annotated-transformer evaluate --checkpoint runs/multi30k/last.pt --engine ctranslate2
 
 Your own data: plain-text files, one sentence a line (optionally gzipped), line i of the source
 file translated by line i of the target file; such a run uses subwords (default --vocab-size
@@ -30,6 +34,11 @@ lines.
 (default 100) as they arrive, so it fits a pipeline, answers as you type with --buffer-size 1, and
 its memory does not grow with the input. --nbest K prints the K best translations of each sentence
 with their scores, tab-separated.
+
+`export` writes a checkpoint's Transformer as a CTranslate2 model folder (pip install
+'annotated-transformer[export]'), with its tokenizer and a README saying how to load it; `translate`
+and `evaluate` take that folder as --checkpoint, or decode a checkpoint with CTranslate2 when given
+--engine ctranslate2: the same flags, tokens and searches, an inference engine's speed.
 
 Hand-written (not exported from a notebook): it only parses arguments and calls the library.
 Exit status: 0 done; 2 a usage error (a bad flag value, a wrong combination: found before anything
@@ -74,6 +83,16 @@ from annotated_transformer.distributed import (
     cleanup_distributed,
     default_precision,
     setup_distributed,
+)
+from annotated_transformer.engines import (
+    QUANTIZATIONS,
+    ExportedModel,
+    ExportedTranslator,
+    NotExportable,
+    check_out,
+    export_model,
+    import_ctranslate2,
+    is_exported,
 )
 from annotated_transformer.model import EncoderDecoder, count_parameters
 from annotated_transformer.recurrent import ARCHS
@@ -203,13 +222,56 @@ def _train(args: argparse.Namespace) -> None:
 
 
 # ------------------------------------------------------------------------ evaluate and translate
-def _load(args: argparse.Namespace) -> tuple[Translator, RunCheckpoint]:
-    "The translator of --checkpoint (its last epochs averaged with --average-last), and its record."
+def _checkpoint(args: argparse.Namespace) -> RunCheckpoint:
+    "The checkpoint --checkpoint names, its last epochs averaged with --average-last."
     path, k = args.checkpoint, args.average_last
     if path.is_dir():  # a missing file is the loader's to report (exit status 1)
-        raise UsageError(f"--checkpoint {path} is a folder, not a file")
-    ckpt = average_last(path, k) if k else load_checkpoint(path)
-    return Translator.from_checkpoint(ckpt, device=args.device), ckpt
+        raise UsageError(
+            f"--checkpoint {path} is a folder, not a file (nor a model folder written by export)"
+        )
+    return average_last(path, k) if k else load_checkpoint(path)
+
+
+def _engine(args: argparse.Namespace) -> str:
+    "What decodes: CTranslate2 for a folder written by export or with --engine ctranslate2."
+    return "ctranslate2" if is_exported(args.checkpoint) else args.engine or "pytorch"
+
+
+def _check_engine(args: argparse.Namespace) -> None:
+    "Refuse what the engine cannot do, before anything is loaded."
+    exported = is_exported(args.checkpoint)
+    if exported and args.engine == "pytorch":
+        raise UsageError(
+            f"--checkpoint {args.checkpoint} is a model exported to CTranslate2: "
+            f"leave out --engine pytorch, or give the checkpoint it was exported from"
+        )
+    if exported and args.average_last:
+        raise UsageError(
+            f"--average-last averages a run's checkpoints; {args.checkpoint} is one exported "
+            f"model (export --average-last K exports an average)"
+        )
+    if _engine(args) == "pytorch":
+        return
+    if getattr(args, "attention", None):  # translate's
+        raise UsageError(
+            "--attention draws the PyTorch model's attention: give a checkpoint, without "
+            "--engine ctranslate2"
+        )
+    import_ctranslate2()  # a missing package is said before anything loads
+
+
+def _load(args: argparse.Namespace) -> tuple[Translator | ExportedTranslator, TrainConfig]:
+    "The translator of --checkpoint, with the engine asked for, and the run's configuration."
+    if is_exported(args.checkpoint):
+        translator = ExportedTranslator.from_dir(args.checkpoint, device=args.device)
+        return translator, translator.config
+    ckpt = _checkpoint(args)
+    if args.engine != "ctranslate2":
+        return Translator.from_checkpoint(ckpt, device=args.device), ckpt.config
+    try:
+        return ExportedTranslator.from_checkpoint(ckpt, device=args.device), ckpt.config
+    except NotExportable as error:
+        raise UsageError(f"--engine ctranslate2: {error}") from None
 
 
 def _search(args: argparse.Namespace) -> Search:
@@ -250,7 +312,8 @@ def _decoding(args: argparse.Namespace) -> str:
     "How the output was made, for the report line."
     search = "greedy" if args.beam == 1 else f"beam {args.beam}, alpha {args.alpha}"
     average = f", average of the last {args.average_last} epochs" if args.average_last else ""
-    return search + average + (", <unk> allowed" if args.allow_unk else "")
+    engine = ", CTranslate2" if _engine(args) == "ctranslate2" else ""
+    return search + average + (", <unk> allowed" if args.allow_unk else "") + engine
 
 
 def _check_new_output(path: Path | None) -> None:
@@ -274,6 +337,7 @@ def _evaluation_inputs(args: argparse.Namespace) -> None:
         if path is not None:
             _check_file(flag, path)
     _check_new_output(args.output)
+    _check_engine(args)
 
 
 def _test_set(args: argparse.Namespace, config: TrainConfig) -> tuple[list[str], list[str], str]:
@@ -295,8 +359,8 @@ def _test_set(args: argparse.Namespace, config: TrainConfig) -> tuple[list[str],
 
 def _evaluate(args: argparse.Namespace) -> None:
     _evaluation_inputs(args)
-    translator, ckpt = _load(args)
-    sources, references, name = _test_set(args, ckpt.config)
+    translator, config = _load(args)
+    sources, references, name = _test_set(args, config)
     try:
         hypotheses = _translate_lines(translator, sources, args, progress=not args.quiet)
     except SentenceError as error:
@@ -312,8 +376,9 @@ def _evaluate(args: argparse.Namespace) -> None:
         data=name,
         sentences=len(sources),
         checkpoint=str(args.checkpoint),
-        arch=arch_of(ckpt.config.model),
-        parameters=count_parameters(translator.model),
+        arch=arch_of(config.model),
+        parameters=_parameters(translator),
+        engine=_engine(args),
         beam=args.beam,
         alpha=args.alpha,
         average_last=args.average_last,
@@ -322,6 +387,12 @@ def _evaluate(args: argparse.Namespace) -> None:
     print(
         json.dumps({**scores.fields, "tokenized_lowercase": scores.tokenized_lowercase, **settings})
     )
+
+
+def _parameters(translator: Translator | ExportedTranslator) -> int:
+    "The model's parameters, a tied matrix once (an exported model's: counted when exported)."
+    model = translator.model
+    return model.parameters if isinstance(model, ExportedModel) else count_parameters(model)
 
 
 def _stdin_lines() -> Iterator[str]:
@@ -363,6 +434,7 @@ def _check_translate_flags(args: argparse.Namespace) -> None:
             f"{args.beam} ends with at most {args.beam} translations"
         )
     _check_new_output(args.output)
+    _check_engine(args)
     empty = [i for i, sentence in enumerate(args.sentences, start=1) if not sentence.strip()]
     if empty:
         raise UsageError(
@@ -500,6 +572,21 @@ def _translate(args: argparse.Namespace) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+# ------------------------------------------------------------------------------------------ export
+def _export(args: argparse.Namespace) -> None:
+    try:
+        check_out(args.out, args.overwrite)  # before anything loads, as the engine's package
+    except FileExistsError as error:
+        raise UsageError(f"--out {error}") from None
+    import_ctranslate2()
+    ckpt = _checkpoint(args)
+    try:
+        out = export_model(ckpt, args.out, args.quantization, args.overwrite)
+    except NotExportable as error:
+        raise UsageError(f"--checkpoint {args.checkpoint}: {error}") from None
+    print(f"{out}: a CTranslate2 model ({args.quantization}); how to use it: {out / 'README.md'}")
+
+
 # ----------------------------------------------------------------------------- the argument parser
 def _checked(
     convert: Callable[[str], float], accept: Callable[[float], bool], expected: str
@@ -593,7 +680,15 @@ EXAMPLES = {  # shown under each command's --help
   annotated-transformer translate --checkpoint runs/mine/last.pt --output output.yy < input.xx
   annotated-transformer translate --checkpoint runs/multi30k/last.pt --buffer-size 1  # as you type
   annotated-transformer translate --checkpoint runs/multi30k/last.pt --beam 4 --nbest 3 \\
-      < input.de    # INDEX<TAB>SCORE<TAB>TEXT""",
+      < input.de    # INDEX<TAB>SCORE<TAB>TEXT
+  annotated-transformer translate --checkpoint runs/multi30k-ct2 < input.de  # written by export
+  annotated-transformer translate --checkpoint runs/multi30k/last.pt --engine ctranslate2 \\
+      < input.de""",
+    "export": """examples:
+  annotated-transformer export --checkpoint runs/multi30k/last.pt --out runs/multi30k-ct2
+  annotated-transformer export --checkpoint runs/multi30k/last.pt --out runs/multi30k-int8 \\
+      --quantization int8 --average-last 5
+  annotated-transformer translate --checkpoint runs/multi30k-ct2 < input.de""",
 }
 
 
@@ -746,7 +841,14 @@ def _decoding_flags() -> argparse.ArgumentParser:
         "--checkpoint",
         type=Path,
         required=True,
-        help="a checkpoint written by train (e.g. OUT/last.pt)",
+        help="a checkpoint written by train (OUT/last.pt), or a model folder written by export",
+    )
+    d.add_argument(
+        "--engine",
+        choices=["pytorch", "ctranslate2"],
+        help="what decodes a checkpoint: pytorch (default) or ctranslate2 (exported on the fly; "
+        "pip install 'annotated-transformer[export]'); a folder written by export runs with "
+        "ctranslate2",
     )
     d.add_argument(
         "--beam", type=_positive, default=1, help="beam size (default 1: greedy; the paper uses 4)"
@@ -864,6 +966,39 @@ def _translate_parser(sub, parents: list[argparse.ArgumentParser]) -> None:
     tr.set_defaults(run=_translate)
 
 
+def _export_parser(sub, parents: list[argparse.ArgumentParser]) -> None:
+    "The export command's flags."
+    x = sub.add_parser(
+        "export",
+        parents=parents,
+        help="write a checkpoint's Transformer as a CTranslate2 model folder",
+        epilog=EXAMPLES["export"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    x.add_argument(
+        "--checkpoint", type=Path, required=True, help="a checkpoint written by train (OUT/last.pt)"
+    )
+    x.add_argument("--out", type=Path, required=True, help="the model folder to write (a new one)")
+    x.add_argument(
+        "--quantization",
+        choices=QUANTIZATIONS,
+        default="float32",
+        help="how the weights are stored: float32 (default: the same translations), int8 "
+        "(8-bit weights: smaller and faster, a translation may differ) or int8_float32 (on a "
+        "CPU the same as int8)",
+    )
+    x.add_argument(
+        "--overwrite", action="store_true", help="replace the model folder OUT written by export"
+    )
+    x.add_argument(
+        "--average-last",
+        type=_positive,
+        metavar="K",
+        help="export the average of the weights of the checkpoint's last K epochs",
+    )
+    x.set_defaults(run=_export)
+
+
 def parser() -> argparse.ArgumentParser:
     "The argument parser of `annotated-transformer`."
     p = _Parser(
@@ -874,16 +1009,17 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an error, show Python's traceback (for a bug report)",
+    )
+    common = argparse.ArgumentParser(add_help=False, parents=[debug])
     common.add_argument(
         "--device",
         type=_device,
         help="cpu, cuda, cuda:N or mps (default: train on cuda when available; decode on cpu)",
-    )
-    common.add_argument(
-        "--debug",
-        action="store_true",
-        help="on an error, show Python's traceback (for a bug report)",
     )
     data = argparse.ArgumentParser(add_help=False)
     data.add_argument(
@@ -894,6 +1030,7 @@ def parser() -> argparse.ArgumentParser:
     _train_parser(sub, [common, data])
     _evaluate_parser(sub, [common, data, _decoding_flags()])
     _translate_parser(sub, [common, _decoding_flags()])
+    _export_parser(sub, [debug])
     return p
 
 

@@ -195,7 +195,7 @@ DEFAULT_VOCAB_SIZE = 8000  # subword pieces of a run on your own files, unless t
 
 
 def read_config_file(path: Path) -> TrainConfig:
-    "The training configuration in a JSON or TOML file: any of TrainConfig's settings, the rest default."
+    "The training configuration in a JSON or TOML file: any TrainConfig settings, the rest default."
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(
@@ -316,7 +316,7 @@ def resolve_config(
     stored: TrainConfig | None = None,  # a resumed run's configuration
     source: str = "the run",  # names the resumed run in errors
 ) -> TrainConfig:
-    "A run's configuration: defaults or a config file, the choices and the data's policy; on a resume, the stored one."
+    "A run's configuration: defaults or a file, choices, data policy; on a resume, the stored one."
     if stored is not None and config_file is not None:
         raise ValueError(
             "a config file sets up a new run; a resumed run keeps its own configuration"

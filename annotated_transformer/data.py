@@ -35,7 +35,10 @@ __all__ = ['MULTI30K_URL', 'SPLITS', 'SHA256', 'DATA_DIR_ENV', 'STAMP_FILE', 'SP
            'EncodedPairs', 'encode_pairs']
 
 # %% ../nbs/11_data.ipynb #d6f3bf26
-MULTI30K_URL = "https://github.com/multi30k/dataset/raw/a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw/"
+MULTI30K_URL = (
+    "https://github.com/multi30k/dataset/raw/"
+    "a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw/"
+)
 SPLITS = {"train": "train", "val": "val", "test2016": "test_2016_flickr"}  # split name -> file stem
 SHA256 = {
     "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
@@ -62,7 +65,7 @@ def split_files(
 
 
 def cache_dir() -> Path:
-    "Where downloads are kept: $XDG_CACHE_HOME/annotated-transformer/multi30k (default ~/.cache/...)."
+    "Where downloads go: $XDG_CACHE_HOME/annotated-transformer/multi30k (default ~/.cache/...)."
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "annotated-transformer" / "multi30k"
 
@@ -86,7 +89,8 @@ def download(url: str, dest: Path, sha256: str, timeout: float = 60.0) -> Path:
                     bar.update(len(chunk))
         if digest.hexdigest() != sha256:
             raise ValueError(
-                f"{url} is corrupt: its SHA-256 is {digest.hexdigest()}, expected {sha256}; nothing was cached"
+                f"{url} is corrupt: its SHA-256 is {digest.hexdigest()}, expected {sha256}; "
+                "nothing was cached"
             )
         os.replace(tmp, dest)
         return dest
@@ -94,7 +98,8 @@ def download(url: str, dest: Path, sha256: str, timeout: float = 60.0) -> Path:
         tmp.unlink(missing_ok=True)
 
 # %% ../nbs/11_data.ipynb #5e2a9c13
-STAMP_FILE = "verified.json"  # in cache_dir(): {absolute path: [size, mtime in ns, SHA-256]} of the files hashed
+# in cache_dir(): {absolute path: [size, mtime in ns, SHA-256]} of the files hashed
+STAMP_FILE = "verified.json"
 
 
 def _stamps() -> dict:
@@ -107,10 +112,9 @@ def _stamps() -> dict:
 
 
 def _remember(path: Path, stat: os.stat_result, sha256: str) -> None:
-    "Remember `path`'s SHA-256 for as long as its size and mtime are those of `stat` (taken before hashing)."
-    stamps = {
-        key: entry for key, entry in _stamps().items() if os.path.exists(key)
-    }  # forget files gone
+    "Remember `path`'s SHA-256 while its size and mtime are those of `stat` (taken before hashing)."
+    # forget files gone
+    stamps = {key: entry for key, entry in _stamps().items() if os.path.exists(key)}
     stamps[str(path.resolve())] = [stat.st_size, stat.st_mtime_ns, sha256]
     try:
         cache_dir().mkdir(parents=True, exist_ok=True)
@@ -135,7 +139,7 @@ def sha256_of_file(path: Path) -> str:
 
 
 def file_sha256(path: Path) -> str:
-    "The SHA-256 of `path`, hashed only if its size or modification time changed since it was last hashed."
+    "The SHA-256 of `path`, hashed only if its size or mtime changed since it was last hashed."
     stat = path.stat()  # before hashing: a change made while it is read shows next time
     match _stamps().get(str(path.resolve())):
         case [size, mtime_ns, str(sha256)] if (size, mtime_ns) == (stat.st_size, stat.st_mtime_ns):
@@ -146,25 +150,28 @@ def file_sha256(path: Path) -> str:
 
 # %% ../nbs/11_data.ipynb #0f6d3b85
 def cached_download(name: str, base_url: str = MULTI30K_URL) -> Path:
-    "The cache's copy of Multi30k file `name`, downloaded if missing; a copy that differs from the published file is an error."
+    "The cached Multi30k file `name`, downloaded if missing; an error if unlike the published one."
     if name not in SHA256:  # nothing to verify a download against
         raise ValueError(
-            f"no published SHA-256 is known for {name}, so it is not downloaded: fetch {base_url + name} "
+            f"no published SHA-256 is known for {name}, so it is not downloaded: "
+            f"fetch {base_url + name} "
             f"yourself into a folder and pass --data-dir (data_dir= in Python)"
         )
     dest = cache_dir() / name
     if dest.is_file():
         if (sha256 := file_sha256(dest)) != SHA256[name]:
             raise ValueError(
-                f"{dest} is corrupt: its SHA-256 is {sha256}, expected {SHA256[name]}; delete it and it will be downloaded again"
+                f"{dest} is corrupt: its SHA-256 is {sha256}, expected {SHA256[name]}; "
+                "delete it and it will be downloaded again"
             )
         return dest
     try:
         download(base_url + name, dest, SHA256[name])
     except (OSError, http.client.HTTPException) as error:  # refused, timed out, HTTP error, cut off
         raise ConnectionError(
-            f"could not download {base_url + name} ({error}). Without internet access, pass --data-dir (data_dir= in Python) "
-            f"or set the environment variable {DATA_DIR_ENV} to a folder holding the Multi30k files {', '.join(sorted(SHA256))}"
+            f"could not download {base_url + name} ({error}). Without internet access, "
+            f"pass --data-dir (data_dir= in Python) or set the environment variable "
+            f"{DATA_DIR_ENV} to a folder holding the Multi30k files {', '.join(sorted(SHA256))}"
         ) from error
     _remember(dest, dest.stat(), SHA256[name])  # hashed while it streamed in
     return dest
@@ -181,7 +188,7 @@ def multi30k_paths(
     base_url: str = MULTI30K_URL,
     langs: Sequence[str] = ("de", "en"),  # source and target language
 ) -> tuple[Path, ...]:
-    "The files of `split` in `langs`: from `data_dir` (or $MULTI30K_DIR) if given, else from the cache."
+    "The files of `split` in `langs`: in `data_dir` (or $MULTI30K_DIR) if given, else in the cache."
     names = split_files(split, langs)
     data_dir = data_dir or os.environ.get(DATA_DIR_ENV)
     if not data_dir:
@@ -204,7 +211,7 @@ def multi30k_paths(
 
 # %% ../nbs/11_data.ipynb #5c542d2e
 def _open_text(path: Path):
-    "A binary file object of `path`'s text: decompressed if its name ends in .gz or its first bytes are gzip's."
+    "A binary file object of `path`'s text, decompressed if named .gz or if it starts as gzip does."
     with open(path, "rb") as f:
         gzipped = path.suffix == ".gz" or f.read(2) == b"\x1f\x8b"
     return gzip.open(path, "rb") if gzipped else open(path, "rb")
@@ -214,7 +221,7 @@ def read_lines(
     path: Path,
     allow_empty: bool = False,  # keep empty lines (as "") instead of refusing them
 ) -> list[str]:
-    "The lines of a UTF-8 text file, plain or gzipped, without line endings; a damaged file and invalid lines are errors."
+    "A UTF-8 text file's lines (plain or gzipped) without line endings; damage, bad lines: errors."
     lines = []
     try:
         with _open_text(path) as f:
@@ -243,7 +250,8 @@ def _aligned(
     "The pairs of two files' lines, which must be as many."
     if len(src) != len(tgt):
         raise ValueError(
-            f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: the files must be line-aligned translations"
+            f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: "
+            "the files must be line-aligned translations"
         )
     return list(zip(src, tgt))
 
@@ -260,7 +268,7 @@ def load_multi30k(
 
 # %% ../nbs/11_data.ipynb #5593e013
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[tuple[str, str]], int]:
-    "The sentence pairs of two line-aligned text files (plain or gzipped) without those with an empty side, and how many those were."
+    "Two line-aligned files' sentence pairs (plain or gzip) with no empty side; how many had one."
     src_path, tgt_path = Path(src_path), Path(tgt_path)
     lines = _aligned(
         src_path,

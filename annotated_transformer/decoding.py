@@ -36,7 +36,8 @@ def greedy_decode(
     end_symbol: int | None = None,  # stop a row once it produces this
     pad: int | None = None,  # the padding id: never the start symbol; fills rows that have ended
 ) -> Tensor:
-    "Greedy decoding, the version to read: ids (B, <= max_len) from `start_symbol`; the library uses `greedy_search` (Part 3)."
+    """Greedy decoding, the version to read: ids (B, <= max_len) from `start_symbol`; the library
+    uses `greedy_search` (this chapter)."""
     if pad is not None and start_symbol == pad:
         raise ValueError(
             f"start_symbol={start_symbol} is the padding id: the decoder would see no input"
@@ -74,7 +75,8 @@ class Decoder(Protocol):
 
 # %% ../nbs/05_decoding.ipynb #6ec15b06
 class PrefixDecoder:
-    "Decodes by running the decoder over the whole prefix at every step (simple, O(t) work per step)."
+    """Decodes by running the decoder over the whole prefix at every step (simple, O(t) work per
+    step)."""
 
     def __init__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor):
         self.model = model
@@ -105,17 +107,19 @@ def _attend(
 
 # %% ../nbs/05_decoding.ipynb #fe034292
 class CachedDecoder:
-    "Decodes one position per step, keeping every layer's self-attention keys and values (incremental decoding)."
+    """Decodes one position per step, keeping every layer's self-attention keys and values
+    (incremental decoding)."""
 
     def __init__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor):
         if model.training:
             raise ValueError("CachedDecoder computes without dropout: call model.eval() first")
         self.model, self.src_mask, self.t = model, src_mask, 0
         layers = model.decoder.layers
-        # the encoder-decoder attention's keys and values, once per sentence: (B, h, S, d_k) per layer
+        # encoder-decoder attention's keys and values, once per sentence: (B, h, S, d_k) per layer
         self.src_k = [layer.src_attn.split_heads(layer.src_attn.w_k(memory)) for layer in layers]
         self.src_v = [layer.src_attn.split_heads(layer.src_attn.w_v(memory)) for layer in layers]
-        # the self-attention keys and values of the t tokens so far: (B, h, t, d_k) and (B, h, t, d_v) per layer
+        # the self-attention keys and values of the t tokens so far:
+        # (B, h, t, d_k) and (B, h, t, d_v) per layer
         attn = layers[0].self_attn
         self.k = [memory.new_empty(memory.size(0), attn.h, 0, attn.d_k)] * len(layers)
         self.v = [memory.new_empty(memory.size(0), attn.h, 0, attn.d_v)] * len(layers)
@@ -124,7 +128,8 @@ class CachedDecoder:
         "Newest tokens (B,) -> log-probabilities of the next token (B, V)."
         if self.t >= self.model.max_len:
             raise ValueError(
-                f"position {self.t} is beyond the positional-encoding table (max_len={self.model.max_len})"
+                f"position {self.t} is beyond the positional-encoding table "
+                f"(max_len={self.model.max_len})"
             )
         embed, position = self.model.tgt_embed  # Embeddings, PositionalEncoding
         # (B, 1, D)
@@ -139,7 +144,7 @@ class CachedDecoder:
         return self.model.generator(self.model.decoder.norm(x)[:, -1])  # (B, V)
 
     def _self_attend(self, i: int, attn: MultiHeadedAttention, x: Tensor) -> Tensor:
-        "Append the new position's key and value to layer i's cache, then attend to the whole cache."
+        "Append the new position's key and value to layer i's cache, then attend to the full cache."
         # (B, h, t + 1, d_k)
         self.k[i] = torch.cat([self.k[i], attn.split_heads(attn.w_k(x))], dim=2)
         self.v[i] = torch.cat([self.v[i], attn.split_heads(attn.w_v(x))], dim=2)
@@ -166,14 +171,16 @@ def begin_decoding(
     src_mask: Tensor,  # (B, 1, S); True = a real token
     cached: bool = True,  # for a Transformer: CachedDecoder, else PrefixDecoder
 ) -> Decoder:
-    "A decoder for this batch: Part 3's for a Transformer, the model's own `begin_decoding` for any other."
+    """A decoder for this batch: this chapter's for a Transformer, the model's own `begin_decoding`
+    for any other."""
     if isinstance(model, EncoderDecoder):
         memory = model.encode(src, src_mask)  # (B, S, D)
         return (CachedDecoder if cached else PrefixDecoder)(model, memory, src_mask)
     if hasattr(model, "begin_decoding"):
         return model.begin_decoding(src, src_mask)
     raise TypeError(
-        f"{type(model).__name__} cannot start decoding: it is not an EncoderDecoder and has no method begin_decoding(src, src_mask)"
+        f"{type(model).__name__} cannot start decoding: it is not an EncoderDecoder "
+        "and has no method begin_decoding(src, src_mask)"
     )
 
 # %% ../nbs/05_decoding.ipynb #557110f4
@@ -200,14 +207,16 @@ def _check_decode_args(
 
 # %% ../nbs/05_decoding.ipynb #48b51bcf
 class Hypothesis(NamedTuple):
-    "One output of a search: its tokens (no start symbol) and its score (greedy: log-probability; beam: log-probability / lp)."
+    """One output of a search: its tokens (no start symbol) and its score (greedy: log-probability;
+    beam: log-probability / lp)."""
 
     tokens: list[int]
     score: float
 
 # %% ../nbs/05_decoding.ipynb #4e9473fc
 def _ban(logp: Tensor, banned: Sequence[int]) -> Tensor:
-    "Log-probabilities (B, V) with the banned tokens made impossible (the rest are not renormalized)."
+    """Log-probabilities (B, V) with the banned tokens made impossible (the rest are not
+    renormalized)."""
     if banned:  # nothing to do on most calls: skip the indexing
         logp[:, list(banned)] = -math.inf
     return logp
@@ -215,18 +224,19 @@ def _ban(logp: Tensor, banned: Sequence[int]) -> Tensor:
 
 @torch.no_grad()
 def greedy_search(
-    model: EncoderDecoder
-    | Decodable,  # a Transformer, or any model with begin_decoding(src, src_mask)
+    # a Transformer, or any model with begin_decoding(src, src_mask)
+    model: EncoderDecoder | Decodable,
     src: Tensor,  # (B, S) source ids
     src_mask: Tensor,  # (B, 1, S); True = a real token
-    max_len: int
-    | Sequence[int],  # longest output, start symbol included; one for all or one per sentence
+    # longest output, start symbol included; one for all or one per sentence
+    max_len: int | Sequence[int],
     start_symbol: int,
     end_symbol: int,
     cached: bool = True,  # for a Transformer; False: recompute the whole prefix at every step
     banned: Sequence[int] = (),  # token ids never to generate (e.g. <unk>)
 ) -> list[Hypothesis]:
-    "The most probable token at each step, for a batch: (tokens, sum of log-probabilities) per sentence."
+    """The most probable token at each step, for a batch: (tokens, sum of log-probabilities) per
+    sentence."""
     limits = _check_decode_args(src, src_mask, max_len)
     decoder = begin_decoding(model, src, src_mask, cached)
     results = [Hypothesis([], 0.0) for _ in limits]
@@ -250,8 +260,8 @@ def greedy_search(
 
 # %% ../nbs/05_decoding.ipynb #d43b6327
 def length_penalty(
-    length: int
-    | Tensor,  # |Y|, the generated tokens (end symbol included); a tensor of them gives a tensor
+    # |Y|, the generated tokens (end symbol included); a tensor of them gives a tensor
+    length: int | Tensor,
     alpha: float,  # finite and at least 0; 0 gives 1
 ) -> float | Tensor:
     "GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha; scores are divided by it."
@@ -301,7 +311,8 @@ class _SentenceSearch:
         self.finished.append(Hypothesis(tokens, logp / length_penalty(len(tokens), self.alpha)))
 
     def step(self, t: int, best: list[_Candidate], going_on: list[_Candidate]) -> list[_Candidate]:
-        "Set aside the hypotheses that end among the `best` K; return the beams that go on ([] when done)."
+        """Set aside the hypotheses that end among the `best` K; return the beams that go on
+        ([] when done)."""
         for beam, token, logp in best:
             if token == self.end_symbol and logp > -math.inf:
                 self.set_aside(self.beams[beam] + [token], logp)

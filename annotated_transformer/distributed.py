@@ -43,7 +43,7 @@ def setup_distributed(
     device: str | None = None,  # "cuda" or "cpu"; "cuda" when available
     timeout_minutes: float = 30.0,  # how long a collective waits for a process that does not come
 ) -> DistributedSetup:
-    "Join the process group that torchrun describes in the environment; without one, set up a single process."
+    "Join the process group torchrun describes in the environment; without one, set up one process."
     kind = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")).type
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
@@ -81,7 +81,7 @@ def wrap_for_training(
     world: int,  # processes in the group; 1 trains alone, unwrapped
     compile: bool = False,  # torch.compile the (wrapped) model
 ) -> nn.Module:
-    "The model as training calls it: in DistributedDataParallel for several processes, compiled if asked."
+    "The model as training calls it: wrapped in DDP for several processes, compiled if asked."
     wrapped = (
         DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
         if world > 1
@@ -113,7 +113,7 @@ def make_scaler(
     device: torch.device,
     max_tokens: int,  # the most tokens in a batch, whose summed loss is backpropagated
 ) -> torch.amp.GradScaler | None:
-    "float16's gradient scaler, starting max_tokens times below PyTorch's default scale; None for the other precisions."
+    "float16's gradient scaler, starting max_tokens times below PyTorch's default scale; else None."
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     return (
@@ -135,7 +135,8 @@ def gather_objects(
     return gathered
 
 # %% ../nbs/17_distributed.ipynb #1cfba2c9
-BF16_PEAK_TFLOPS = {  # dense bfloat16 tensor-core peaks, by a part of the name torch.cuda.get_device_name gives
+# dense bfloat16 tensor-core peaks, by a part of the name torch.cuda.get_device_name gives
+BF16_PEAK_TFLOPS = {
     "H100 PCIe": 756.0,
     "H100 NVL": 835.0,
     "H100": 989.4,

@@ -24,7 +24,8 @@ def _padding_class(padding_idx: int, size: int) -> int:
     "`padding_idx` as a class in 0..size-1; a negative one counts from the end, as Python indexes."
     if not -size <= padding_idx < size:
         raise ValueError(
-            f"padding_idx={padding_idx} is outside the vocabulary of size {size}: it must be in [{-size}, {size})"
+            f"padding_idx={padding_idx} is outside the vocabulary of size {size}: "
+            f"it must be in [{-size}, {size})"
         )
     return padding_idx % size
 
@@ -40,7 +41,8 @@ def _check_labels(target: Tensor, size: int) -> None:
 
 # %% ../nbs/04_label_smoothing.ipynb #b843e090
 def smoothed_targets(target: Tensor, size: int, padding_idx: int, smoothing: float) -> Tensor:
-    "The smoothed target distribution q (N, V) for labels (N,); rows of padding labels are all zero."
+    """The smoothed target distribution q (N, V) for labels (N,); rows of padding labels are all
+    zero."""
     _check_labels(target, size)
     padding_idx = _padding_class(padding_idx, size)
     q = torch.full((target.size(0), size), smoothing / (size - 2), device=target.device)
@@ -51,7 +53,7 @@ def smoothed_targets(target: Tensor, size: int, padding_idx: int, smoothing: flo
 
 # %% ../nbs/04_label_smoothing.ipynb #e07b1276
 class LabelSmoothing(nn.Module):
-    "KL divergence to the label-smoothed target (§5.4), summed over non-padding tokens, in closed form."
+    "Closed-form KL divergence to the label-smoothed target (§5.4), summed over non-padding tokens."
 
     def __init__(self, size: int, padding_idx: int, smoothing: float = 0.0):
         super().__init__()
@@ -59,7 +61,8 @@ class LabelSmoothing(nn.Module):
             raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
         if size < 3:
             raise ValueError(
-                f"label smoothing needs a vocabulary of at least 3 (true, padding, another), got size={size}"
+                "label smoothing needs a vocabulary of at least 3 (true, padding, another), "
+                f"got size={size}"
             )
         self.size, self.padding_idx, self.smoothing = (
             size,
@@ -85,7 +88,8 @@ class LabelSmoothing(nn.Module):
             )
         if target.shape != (x.size(0),):
             raise ValueError(
-                f"expected one label per row of the log-probabilities, shape ({x.size(0)},), got {tuple(target.shape)}"
+                "expected one label per row of the log-probabilities, "
+                f"shape ({x.size(0)},), got {tuple(target.shape)}"
             )
         _check_labels(target, self.size)
         keep = target != self.padding_idx  # (N,)
@@ -161,15 +165,16 @@ class _LinearLabelSmoothing(torch.autograd.Function):
 
 # %% ../nbs/04_label_smoothing.ipynb #3878d429
 class FusedLabelSmoothing(LabelSmoothing):
-    "LabelSmoothing of `generator`'s log-probabilities, from the decoder's outputs (N, D): the (N, V) matrix is never built."
+    """LabelSmoothing of `generator`'s log-probabilities, from the decoder's outputs (N, D):
+    the (N, V) matrix is never built."""
 
     def __init__(
         self,
         generator: nn.Module,
         padding_idx: int,
         smoothing: float = 0.0,
-        chunk: int
-        | None = None,  # logits per chunk at most; None: 2**22 on a CPU (they stay in its caches), 2**26 on a GPU
+        # logits per chunk at most; None: 2**22 on a CPU (they stay in its caches), 2**26 on a GPU
+        chunk: int | None = None,
     ):
         if chunk is not None and chunk < 1:
             raise ValueError(f"chunk must be at least 1, got {chunk}")
@@ -178,10 +183,12 @@ class FusedLabelSmoothing(LabelSmoothing):
         self.chunk = chunk
 
     def forward(self, h: Tensor, target: Tensor) -> Tensor:
-        "Summed loss for decoder outputs h (N, D) and labels target (N,), with gradients for h and the generator."
+        """Summed loss for decoder outputs h (N, D) and labels target (N,), with gradients for h and
+        the generator."""
         if h.dim() != 2 or target.shape != (h.size(0),):
             raise ValueError(
-                f"expected decoder outputs (N, D) and N labels, got {tuple(h.shape)} and {tuple(target.shape)}"
+                "expected decoder outputs (N, D) and N labels, "
+                f"got {tuple(h.shape)} and {tuple(target.shape)}"
             )
         _check_labels(target, self.size)
         proj = self.generator.proj

@@ -40,7 +40,8 @@ class EncoderDecoder(nn.Module):
         self.generator = generator
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor, tgt_mask: Tensor) -> Tensor:
-        "Decoder output (B, T, D) for source ids (B, S) and target ids (B, T); apply `generator` for log-probabilities."
+        """Decoder output (B, T, D) for source ids (B, S) and target ids (B, T); apply `generator`
+        for log-probabilities."""
         return self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask)
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
@@ -48,12 +49,14 @@ class EncoderDecoder(nn.Module):
         return self.encoder(self.src_embed(src), src_mask)
 
     def decode(self, memory: Tensor, src_mask: Tensor, tgt: Tensor, tgt_mask: Tensor) -> Tensor:
-        "Decoder output (B, T, D) for target ids (B, T) attending to `memory` (B, S, D); `tgt_mask` is (B or 1, T, T)."
+        """Decoder output (B, T, D) for target ids (B, T) attending to `memory` (B, S, D);
+        `tgt_mask` is (B or 1, T, T)."""
         return self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask)
 
     @property
     def max_len(self) -> int:
-        "The longest source or target sequence the model takes: the length of its positional-encoding tables."
+        """The longest source or target sequence the model takes: the length of its
+        positional-encoding tables."""
         # equal in make_model's models
         return min(self.src_embed[1].max_len, self.tgt_embed[1].max_len)
 
@@ -76,7 +79,8 @@ def clones(module: nn.Module, N: int) -> nn.ModuleList:
 
 # %% ../nbs/01_model.ipynb #0b4fef00
 class SublayerConnection(nn.Module):
-    "Residual connection around a sub-layer, with layer norm after (post-norm, the paper) or before (pre-norm)."
+    """Residual connection around a sub-layer, with layer norm after (post-norm, the paper) or
+    before (pre-norm)."""
 
     def __init__(self, size: int, dropout: float, norm_first: bool = False):
         super().__init__()
@@ -149,7 +153,8 @@ class DecoderLayer(nn.Module):
     def forward(
         self, x: Tensor, memory: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None
     ) -> Tensor:
-        "x (B, T, D) attending to itself under `tgt_mask` (B, T, T) and to memory (B, S, D) under `src_mask` (B, 1, S)."
+        """x (B, T, D) attending to itself under `tgt_mask` (B, T, T) and to memory (B, S, D) under
+        `src_mask` (B, 1, S)."""
         x = self.sublayer[0](x, lambda x: self.self_attn(x, x, x, tgt_mask)[0])
         x = self.sublayer[1](x, lambda x: self.src_attn(x, memory, memory, src_mask)[0])
         return self.sublayer[2](x, self.feed_forward)
@@ -190,7 +195,8 @@ def check_mask(mask: Tensor, shape: tuple[int, ...]) -> None:
         ok = False
     if not ok:
         raise ValueError(
-            f"attention mask of shape {tuple(mask.shape)} cannot broadcast to the scores' shape {tuple(shape)}"
+            f"attention mask of shape {tuple(mask.shape)} cannot broadcast to "
+            f"the scores' shape {tuple(shape)}"
         )
 
 
@@ -199,10 +205,11 @@ def attention(
     key: Tensor,  # (..., Lk, d_k)
     value: Tensor,  # (..., Lk, d_v)
     mask: Tensor | None = None,  # bool, broadcasts to (..., Lq, Lk); True = may attend
-    dropout: nn.Dropout
-    | None = None,  # on the attention weights: not in the paper (see MultiHeadedAttention)
+    # on the attention weights: not in the paper (see MultiHeadedAttention)
+    dropout: nn.Dropout | None = None,
 ) -> tuple[Tensor, Tensor]:
-    "Scaled dot-product attention, eq. (1): the output (..., Lq, d_v) and the weights (..., Lq, Lk)."
+    """Scaled dot-product attention, eq. (1): the output (..., Lq, d_v) and the weights
+    (..., Lq, Lk)."""
     d_k = query.size(-1)
     scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., Lq, Lk)
     if mask is not None:
@@ -229,9 +236,9 @@ class MultiHeadedAttention(nn.Module):
         self.w_q, self.w_k, self.w_v, self.w_o = clones(nn.Linear(d_model, d_model), 4)
         if self.d_k != self.d_v:  # queries and keys of h * d_k features
             self.w_q, self.w_k = clones(nn.Linear(d_model, h * self.d_k), 2)
-        self.dropout = nn.Dropout(
-            dropout
-        )  # on the attention weights: a departure, §5.4 drops only sub-layer outputs and embedding sums
+        # on the attention weights: a departure,
+        # §5.4 drops only sub-layer outputs and embedding sums
+        self.dropout = nn.Dropout(dropout)
 
     def split_heads(self, x: Tensor) -> Tensor:
         "(B, L, h * d) -> (B, h, L, d), d being d_k for queries and keys, d_v for values."
@@ -281,7 +288,8 @@ class PositionwiseFeedForward(nn.Module):
 
 # %% ../nbs/01_model.ipynb #6fc66281
 def check_ids(ids: Tensor, size: int, what: str = "token id") -> None:
-    "Raise a one-line error if an id in `ids` is outside [0, size); only on the CPU, where it costs no wait."
+    """Raise a one-line error if an id in `ids` is outside [0, size); only on the CPU, where it
+    costs no wait."""
     if ids.device.type != "cpu" or torch.compiler.is_compiling() or not ids.numel():
         return
     lo, hi = torch.aminmax(ids)
@@ -330,7 +338,8 @@ class PositionalEncoding(nn.Module):
         "Embeddings (B, L, D) plus the encodings of positions 0..L-1."
         if x.size(1) > self.max_len:
             raise ValueError(
-                f"sequence of length {x.size(1)} is longer than the positional-encoding table (max_len={self.max_len})"
+                f"sequence of length {x.size(1)} is longer than the positional-encoding table "
+                f"(max_len={self.max_len})"
             )
         return self.dropout(x + self.pe[:, : x.size(1)])
 
@@ -442,7 +451,8 @@ class ModelConfig:
     positions: str = "sinusoidal"  # or "learned" (Table 3 E)
 
     def __post_init__(self):
-        "Refuse a nonsensical configuration when it is made (on the command line, from a checkpoint)."
+        """Refuse a nonsensical configuration when it is made (on the command line, from a
+        checkpoint)."""
         sizes = (self.N, self.d_model, self.d_ff, self.h)
         check_hyperparameters(*sizes, self.dropout, self.max_len, self.d_k, self.positions)
 

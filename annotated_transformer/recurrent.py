@@ -33,7 +33,7 @@ class BilinearAttention(nn.Module):
         return self.w_a(memory)
 
     def forward(self, h_t: Tensor, keys: Tensor, src_mask: Tensor) -> Tensor:
-        "Weights (B, S) of the decoder states h_t (B, H) over the source; src_mask (B, 1, S), True = a real token."
+        "Weights (B, S) of states h_t (B, H) over the real source positions of src_mask (B, 1, S)."
         scores = torch.bmm(keys, h_t.unsqueeze(2)).squeeze(2)  # (B, S): h_t . (W_a h_s)
         return scores.masked_fill(~src_mask.squeeze(1), float("-inf")).softmax(-1)
 
@@ -71,7 +71,7 @@ class RecurrentConfig:
             raise ValueError(
                 f"unknown recurrent architecture {self.arch!r}; choose one of {', '.join(ARCHS)}"
             )
-        for name, most in RECURRENT_MAX_SIZES.items():  # bounded, as Part 1's sizes are
+        for name, most in RECURRENT_MAX_SIZES.items():  # bounded, as ModelConfig's are
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise ValueError(f"{name} must be a whole number, got {name}={value!r}")
@@ -79,7 +79,8 @@ class RecurrentConfig:
                 raise ValueError(f"{name} must be from 1 to {most:,}, got {name}={value}")
         if self.d_hidden % 2:
             raise ValueError(
-                f"d_hidden={self.d_hidden} must be even: the encoder's two directions have half each"
+                f"d_hidden={self.d_hidden} must be even: "
+                "the encoder's two directions have half each"
             )
         p = self.dropout
         if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= p < 1.0:
@@ -97,7 +98,7 @@ class RecurrentConfig:
 # %% ../nbs/18_recurrent.ipynb #3445040e
 @dataclass
 class RecurrentState:
-    "What one decoding step hands the next, for a batch of rows; the source side is computed once per sentence."
+    "What one decoding step hands the next, for a batch of rows; the source side computed once."
 
     hc: tuple[Tensor, Tensor]  # the decoder LSTM's (h, c), each (layers, B, H)
     feed: Tensor  # the last attentional vector h~_{t-1} (B, H), zeros before the first step
@@ -200,7 +201,7 @@ class RecurrentEncoderDecoder(_RecurrentSteps):
         return self.config.max_len
 
     def run(self, src: Tensor, tgt: Tensor, src_mask: Tensor) -> tuple[Tensor, Tensor]:
-        "Teacher forcing over decoder inputs tgt (B, T): features (B, T, D_out), attention (B, T, S)."
+        "Teacher forcing on decoder inputs tgt (B, T): features (B, T, D_out), attention (B, T, S)."
         state = self.start(src, src_mask)
         steps = [self.step(state, tgt[:, t]) for t in range(tgt.size(1))]
         return torch.stack([f for f, _ in steps], dim=1), torch.stack([a for _, a in steps], dim=1)
@@ -208,7 +209,7 @@ class RecurrentEncoderDecoder(_RecurrentSteps):
     def forward(
         self, src: Tensor, tgt: Tensor, src_mask: Tensor, tgt_mask: Tensor | None = None
     ) -> Tensor:
-        "Features (B, T, D_out), as run_epoch calls the Transformer (a recurrence needs no tgt_mask)."
+        "Features (B, T, D_out), called as run_epoch calls the Transformer (tgt_mask is not used)."
         return self.run(src, tgt, src_mask)[0]
 
     def begin_decoding(self, src: Tensor, src_mask: Tensor) -> RecurrentDecoder:
@@ -226,7 +227,7 @@ class RecurrentEncoderDecoder(_RecurrentSteps):
 
 # %% ../nbs/18_recurrent.ipynb #588e9716
 class RecurrentDecoder:
-    "Part 3's Decoder for the recurrent models: one step per token, the state carried along."
+    "The decoding chapter's Decoder for the recurrent models: one step per token, state carried."
 
     def __init__(self, model: RecurrentEncoderDecoder, state: RecurrentState):
         self.model, self.state = model, state

@@ -158,7 +158,7 @@ def claim_run_folder(
 
 # %% ../nbs/15_runs.ipynb #c9f4b043
 def write_history(out_dir: Path, history: list[dict]) -> None:
-    "Write `history` to out_dir/history.json atomically: a temporary file, renamed over the old one."
+    "Write `history` to out_dir/history.json atomically: a temporary file renamed over the old one."
     tmp = out_dir / f".history.json.{uuid.uuid4().hex}.tmp"
     try:
         with open(tmp, "x") as f:  # "x": a new file, never one a link points to

@@ -28,7 +28,8 @@ def word_counts(sentences: Iterable[str]) -> Counter[str]:
     return Counter(word for sentence in sentences for word in sentence.split())
 
 # %% ../nbs/12_subwords.ipynb #1508c1c2
-END_OF_WORD = "</w>"  # carried by a word's last symbol: "st</w>" (a word's end) and "st" (inside a word) differ
+# carried by a word's last symbol: "st</w>" (a word's end) and "st" (inside a word) differ
+END_OF_WORD = "</w>"
 
 
 def word_symbols(word: str) -> tuple[str, ...]:
@@ -37,7 +38,7 @@ def word_symbols(word: str) -> tuple[str, ...]:
 
 # %% ../nbs/12_subwords.ipynb #bb809eac
 def pair_counts(words: Mapping[tuple[str, ...], int]) -> Counter[tuple[str, str]]:
-    "How often each pair of adjacent symbols occurs, a word's pairs counted as often as the word occurs."
+    "How often each pair of adjacent symbols occurs, a word's pairs counted as often as the word."
     counts = Counter()
     for symbols, n in words.items():
         for pair in zip(symbols, symbols[1:]):
@@ -46,7 +47,7 @@ def pair_counts(words: Mapping[tuple[str, ...], int]) -> Counter[tuple[str, str]
 
 # %% ../nbs/12_subwords.ipynb #35405875
 def merge_pair(symbols: tuple[str, ...], pair: tuple[str, str]) -> tuple[str, ...]:
-    "`symbols` with every occurrence of `pair` joined into one symbol, left to right (in 'a a a', the first two)."
+    "`symbols` with each occurrence of `pair` joined, left to right (in 'a a a', the first two)."
     merged, i = [], 0
     while i < len(symbols):
         if symbols[i : i + 2] == pair:
@@ -63,7 +64,7 @@ def learn_bpe(
     num_merges: int,  # at most this many merges; fewer when no pair occurs min_frequency times
     min_frequency: int = 2,  # a rarer pair is not worth a symbol of its own
 ) -> list[tuple[str, str]]:
-    "Byte-pair encoding's merges, in the order learned: each time, join the most frequent pair of adjacent symbols."
+    "Byte-pair encoding's merges in the order learned: each joins the most frequent adjacent pair."
     words = {word_symbols(word): n for word, n in counts.items()}
     merges = []
     for _ in range(num_merges):
@@ -78,7 +79,7 @@ def learn_bpe(
 
 # %% ../nbs/12_subwords.ipynb #4a77777c
 def merge_ranks(merges: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
-    "Each merge's rank, its place in the learned order (the first place, should a pair be listed twice)."
+    "Each merge's rank, its place in the learned order (the first, should a pair be listed twice)."
     ranks = {}
     for rank, pair in enumerate(merges):
         ranks.setdefault(pair, rank)
@@ -89,7 +90,7 @@ def apply_bpe(
     word: str,
     ranks: Mapping[tuple[str, str], int],  # the learned merges' ranks (`merge_ranks`)
 ) -> list[str]:
-    "The pieces of one word: from its characters, keep applying the earliest-learned merge among its adjacent pairs."
+    "The pieces of one word: repeatedly apply the earliest-learned merge among its adjacent pairs."
     symbols = word_symbols(word)
     while len(symbols) > 1:
         known = [pair for pair in zip(symbols, symbols[1:]) if pair in ranks]
@@ -100,17 +101,23 @@ def apply_bpe(
 
 # %% ../nbs/12_subwords.ipynb #944e1c1a
 def with_separator(pieces: Sequence[str], separator: str = "@@") -> list[str]:
-    "A word's pieces in subword-nmt's output notation: `separator` after every piece but the last, no end-of-word mark."
+    "A word's pieces as subword-nmt writes them: `separator` after all but the last, no end mark."
     return [piece + separator for piece in pieces[:-1]] + [pieces[-1].removesuffix(END_OF_WORD)]
 
 # %% ../nbs/12_subwords.ipynb #3b32d46e
 SENTENCEPIECE_OPTIONS = dict(
-    model_type="bpe",  # the paper's byte-pair encoding (sentencepiece's default is its unigram model)
-    normalization_rule_name="identity",  # no NFKC rewriting: the text comes back exactly as it went in
-    remove_extra_whitespaces=False,  # keep leading, trailing and repeated spaces, for the same reason
-    character_coverage=1.0,  # every character of the training text gets a piece (the default drops the rarest)
-    byte_fallback=True,  # a character never seen in training becomes the pieces of its UTF-8 bytes: no <unk>
-    # Part 4's special tokens, with Vocab's ids: the model's ids are the shared vocabulary's, and `vocab_size` counts them
+    # the paper's byte-pair encoding (sentencepiece's default is its unigram model)
+    model_type="bpe",
+    # no NFKC rewriting: the text comes back exactly as it went in
+    normalization_rule_name="identity",
+    # keep leading, trailing and repeated spaces, for the same reason
+    remove_extra_whitespaces=False,
+    # every character of the training text gets a piece (the default drops the rarest)
+    character_coverage=1.0,
+    # a character never seen in training becomes the pieces of its UTF-8 bytes: no <unk>
+    byte_fallback=True,
+    # the special tokens of data.SPECIALS, with Vocab's ids: the model's ids are the shared
+    # vocabulary's, and `vocab_size` counts them
     bos_id=0,
     bos_piece="<s>",
     eos_id=1,
@@ -118,13 +125,14 @@ SENTENCEPIECE_OPTIONS = dict(
     pad_id=2,
     pad_piece="<blank>",
     unk_id=3,
-    unk_piece="<unk>",  # sentencepiece requires an unknown piece; with byte fallback it is never produced
+    # sentencepiece requires an unknown piece; with byte fallback it is never produced
+    unk_piece="<unk>",
     minloglevel=2,  # errors only: no training log on the console
 )
 
 # %% ../nbs/12_subwords.ipynb #ca81ee3f
 def _training_error(error: RuntimeError, vocab_size: int) -> Exception:
-    "Sentencepiece's training error as a one-line ValueError where it is about the input; any other as it is."
+    "Sentencepiece's training error as a one-line ValueError if about the input; others unchanged."
     message = str(error)
     if match := re.search(
         r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)", message
@@ -238,7 +246,7 @@ class SubwordTokenizer:
         texts: Sequence[str],  # raw sentences in any language, not tokenized
         vocab_size: int,  # every piece: the specials, the 256 bytes, the characters, the merges
     ) -> SubwordTokenizer:
-        "A BPE model of `vocab_size` pieces learned from `texts`, in memory (see `train_bpe_model`)."
+        "A BPE model of `vocab_size` pieces learned in memory from `texts` (`train_bpe_model`)."
         return cls(train_bpe_model(texts, vocab_size))
 
     def tokenize(self, texts: Sequence[str], progress: bool = False) -> list[list[str]]:
@@ -264,7 +272,7 @@ class SubwordTokenizer:
 
     @classmethod
     def from_state_dict(cls, state: dict, source: str = "the checkpoint") -> SubwordTokenizer:
-        "The tokenizer `state_dict` stored (in `source`, named in errors), checked against its SHA-256."
+        "The tokenizer `state_dict` stored (in `source`, named in errors), checked by its SHA-256."
         return cls(checked_model_bytes(state, source), f"{source}'s subword model")
 
 # %% ../nbs/12_subwords.ipynb #b6d3019a

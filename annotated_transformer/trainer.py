@@ -140,7 +140,8 @@ def check_same_data(trained_on: dict, now: dict, path: Path) -> None:
 
 # %% ../nbs/07_multi30k.ipynb #e006220c
 def training_subset(pairs: list[tuple[str, str]], n: int, seed: int) -> list[tuple[str, str]]:
-    "n of the training pairs, chosen at random by `seed` (the same n and seed, the same pairs), in their original order."
+    """n of the training pairs, chosen at random by `seed` (the same n and seed, the same pairs), in
+    their original order."""
     if n > len(pairs):
         raise ValueError(f"train_pairs={n:,} is more than the {len(pairs):,} training pairs")
     return [pairs[i] for i in sorted(random.Random(seed).sample(range(len(pairs)), n))]
@@ -149,7 +150,8 @@ def training_subset(pairs: list[tuple[str, str]], n: int, seed: int) -> list[tup
 def new_tokenizers(
     config: TrainConfig, train_pairs: list[tuple[str, str]]
 ) -> tuple[Tokenizer, Tokenizer]:
-    "The (source, target) tokenizers of a new run: spaCy's, or one subword model learned from both sides of `train_pairs`."
+    """The (source, target) tokenizers of a new run: spaCy's, or one subword model learned from both
+    sides of `train_pairs`."""
     if config.vocab_size is None:
         return load_tokenizers((config.src_lang, config.tgt_lang))
     subwords = SubwordTokenizer.train(
@@ -163,7 +165,8 @@ def build_vocabularies(
     tokenizers: tuple[Tokenizer, Tokenizer],
     train_tokens: list[list[list[str]]],  # [source, target] tokens of the training pairs
 ) -> tuple[Vocab, Vocab]:
-    "The source and target vocabularies of a new run: the subword model's, shared, or each language's tokens seen twice."
+    """The source and target vocabularies of a new run: the subword model's, shared, or each
+    language's tokens seen twice."""
     if config.vocab_size is not None:
         vocab = shared_vocab(tokenizers[0])
         return vocab, vocab
@@ -293,7 +296,8 @@ def restore(training: Training, ckpt: RunCheckpoint, log: Callable[[str], None])
         set_rng_state(resume.rng[rank])
     else:
         log(
-            f"the checkpoint was written by {len(resume.rng)} process(es) and this run has {world}: "
+            f"the checkpoint was written by {len(resume.rng)} process(es) "
+            f"and this run has {world}: "
             f"it continues with new random states, so not exactly as the interrupted run would have"
         )
 
@@ -323,7 +327,8 @@ FIGURES = ("train_loss", "val_loss", "val_ppl", "val_bleu", "lr", "tokens_per_se
 
 
 def tensorboard_writer(out_dir: Path):
-    "A TensorBoard `SummaryWriter` logging to out_dir/tensorboard, with a clear error if the package is missing."
+    """A TensorBoard `SummaryWriter` logging to out_dir/tensorboard, with a clear error if the
+    package is missing."""
     try:
         # imported here: only --tensorboard needs it
         from torch.utils.tensorboard import SummaryWriter

@@ -44,7 +44,8 @@ class TrainState:
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainState:
-        "The counts saved as `asdict(state)`; also reads the checkpoints of version 0.1, which named two of them differently."
+        """The counts saved as `asdict(state)`; also reads the checkpoints of version 0.1, which
+        named two of them differently."""
         renamed = {"step": "batches", "accum_step": "optimizer_steps"}  # version 0.1's names
         counts = {renamed.get(name, name): value for name, value in d.items()}
         if len(counts) < len(d):
@@ -79,10 +80,12 @@ def optimizer_step(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None,
     max_grad_norm: float | None,
-    grad_scale: float = 1.0,  # multiplies the gradients first: 1 / tokens turns summed losses into a mean
+    # multiplies the gradients first: 1 / tokens turns summed losses into a mean
+    grad_scale: float = 1.0,
     scaler: torch.amp.GradScaler | None = None,  # the float16 loss scaler, if any
 ) -> None:
-    "Scale the gradients, clip them (optionally), update the weights, advance the schedule and clear the gradients."
+    """Scale the gradients, clip them (optionally), update the weights, advance the schedule and
+    clear the gradients."""
     if scaler is not None:
         # undo the loss scaling first, so that clipping sees the true gradients
         scaler.unscale_(optimizer)
@@ -102,14 +105,15 @@ def optimizer_step(
 
 # %% ../nbs/03_training.ipynb #390d6378
 def _read_losses(unread: list[tuple[Tensor, int, int, int]]) -> float:
-    "The sum of the batches' losses, read back at once; a FloatingPointError naming the first batch whose loss is not finite."
+    """The sum of the batches' losses, read back at once; a FloatingPointError naming the first
+    batch whose loss is not finite."""
     losses = torch.stack([loss for loss, *_ in unread]).double().cpu()  # one wait for the device
     bad = (~losses.isfinite()).nonzero()
     if len(bad):
         _, i, run_batch, steps = unread[bad[0, 0]]
         raise FloatingPointError(
-            f"the loss is {losses[bad[0, 0]].item()} at batch {run_batch} of the run (batch {i} of this pass, "
-            f"after {steps} optimizer steps): stopping"
+            f"the loss is {losses[bad[0, 0]].item()} at batch {run_batch} of the run "
+            f"(batch {i} of this pass, after {steps} optimizer steps): stopping"
         )
     return losses.sum().item()
 
@@ -222,8 +226,8 @@ def noam_optimizer(
     model_size: int,  # d_model
     factor: float = 1.0,
     warmup: int = 4000,
-    fused: bool
-    | None = None,  # one fused kernel updates every tensor; None: on GPUs (measured in Part 6)
+    # one fused kernel updates every tensor; None: on GPUs (measured in the multi-GPU chapter)
+    fused: bool | None = None,
 ) -> tuple[torch.optim.Adam, LambdaLR]:
     "Adam with the paper's betas and epsilon (§5.3), and the schedule of eq. (5) as a `LambdaLR`."
     if warmup < 1:

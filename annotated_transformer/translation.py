@@ -90,7 +90,9 @@ class BleuScores:
     signature: str  # sacreBLEU's description of how `sacrebleu` was computed
     # spaCy tokens, lowercased, tokenize="none"; None for subwords
     tokenized_lowercase: float | None
-    fields: dict  # sacreBLEU's own report of `sacrebleu` (its JSON: score, verbose score, signature and its parts)
+    # sacreBLEU's own report of `sacrebleu`
+    # (its JSON: score, verbose score, signature and its parts)
+    fields: dict
 
     def __str__(self) -> str:
         lower = (

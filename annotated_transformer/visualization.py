@@ -17,26 +17,36 @@ from dataclasses import dataclass
 from importlib import resources
 
 import seaborn as sns
-from matplotlib.figure import Figure
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize
+from matplotlib.figure import Figure, SubFigure
 from torch import Tensor
 
 from .model import KINDS
 from .translation import AttentionMaps, check_kind
 
 # %% auto #0
-__all__ = ['check_index', 'AttentionFigure', 'plot_heads', 'plot_layers', 'plot_attention', 'plot_sentence', 'AttentionView']
+__all__ = ['COLUMN', 'LABEL_POINTS', 'BAR', 'check_index', 'AttentionFigure', 'plot_heads', 'plot_layers', 'plot_attention',
+           'plot_sentence', 'AttentionView']
 
 # %% ../nbs/08_attention.ipynb #5c8d8551
 def check_index(name: str, value: int, count: int) -> None:
     "Raise a clear error unless 0 <= value < count."
     if not 0 <= value < count:
         raise ValueError(
-            f"{name} {value} is out of range: the model has {count} {name}s, numbered 0 to {count - 1}"
+            f"{name} {value} is out of range: "
+            f"the model has {count} {name}s, numbered 0 to {count - 1}"
         )
 
 # %% ../nbs/08_attention.ipynb #a7add70a
 class AttentionFigure(Figure):
-    "A matplotlib figure that shows itself in a notebook (as a PNG) without pyplot: it is never open in a window."
+    """A matplotlib figure that shows itself in a notebook (as a PNG) without pyplot: it is never
+    open in a window."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        FigureCanvasAgg(self)  # draws offscreen, reusing one renderer while the size stays
 
     def _repr_png_(self) -> bytes:
         buffer = io.BytesIO()
@@ -44,17 +54,37 @@ class AttentionFigure(Figure):
         return buffer.getvalue()
 
 # %% ../nbs/08_attention.ipynb #aa5ecd45
-def _cell_size(tokens: int) -> float:
-    "Inches for one heatmap of `tokens` rows or columns: room for the labels, within bounds."
-    return min(4.0, max(2.5, 0.2 * tokens))
+COLUMN = 8.2  # inches: the book's column at the figures' 100 dpi, so a figure is never shrunk
+LABEL_POINTS = 7.5  # a token label, 10 px tall at 100 dpi
+BAR = 0.7  # inches for the colour bar at the right
+
+
+def _layout(n: int, tokens: int) -> tuple[int, float]:
+    "(maps per row, inches per map) for n maps with up to `tokens` labels on a side."
+    size = max(1.8, min(COLUMN - BAR, 0.13 * tokens + 1.0))
+    per_row = max(1, min(n, 4, int((COLUMN - BAR) // size)))
+    return per_row, min(size, (COLUMN - BAR) / per_row)
 
 # %% ../nbs/08_attention.ipynb #c2a0a58b
-def _grid(n: int, per_row: int, size: float, rows_extra: float = 0.0) -> tuple[Figure, list]:
-    "A figure with n axes, `per_row` to a row, each about `size` inches wide."
-    cols = min(n, per_row)
-    rows = -(-n // cols)
-    fig = AttentionFigure(figsize=(size * cols, size * rows + rows_extra), layout="constrained")
-    return fig, [fig.add_subplot(rows, cols, i + 1) for i in range(n)]
+def _grid(
+    fig: Figure | SubFigure, n: int, tokens: int, title_room: float = 0.4
+) -> tuple[list, float]:
+    "n axes for maps of up to `tokens` labels a side on `fig`, and the height in inches they take."
+    per_row, size = _layout(n, tokens)
+    rows = -(-n // per_row)
+    axes = [fig.add_subplot(rows, per_row, i + 1) for i in range(n)]
+    bar = fig.colorbar(ScalarMappable(Normalize(0.0, 1.0), "viridis"), ax=axes, shrink=0.8)
+    bar.set_label("weight", fontsize=LABEL_POINTS)
+    bar.ax.tick_params(labelsize=LABEL_POINTS)
+    return axes, size * rows + title_room
+
+
+def _figure(n: int, tokens: int) -> tuple[Figure, list]:
+    "A figure of the column's width holding n maps of up to `tokens` labels a side."
+    fig = AttentionFigure(layout="constrained")
+    axes, height = _grid(fig, n, tokens)
+    fig.set_size_inches(COLUMN, height)
+    return fig, axes
 
 # %% ../nbs/08_attention.ipynb #a21df022
 def _heatmap(
@@ -73,7 +103,7 @@ def _heatmap(
         square=True,
     )
     ax.set_title(title, fontsize=9)
-    ax.tick_params(labelsize=7, length=0)
+    ax.tick_params(labelsize=LABEL_POINTS, length=0)
     ax.tick_params(axis="x", labelrotation=90)
 
 # %% ../nbs/08_attention.ipynb #96a0da1f
@@ -88,32 +118,34 @@ def plot_heads(
     h, Q, K = weights.shape
     if (len(rows), len(cols)) != (Q, K):
         raise ValueError(
-            f"{len(rows)} row labels and {len(cols)} column labels for weights of {Q} queries and {K} keys"
+            f"{len(rows)} row labels and {len(cols)} column labels for weights of {Q} queries "
+            f"and {K} keys"
         )
     heads = list(range(h)) if heads is None else list(heads)
     for head in heads:
         check_index("head", head, h)
-    fig, axes = _grid(len(heads), per_row=4, size=_cell_size(max(Q, K)), rows_extra=0.4)
+    fig, axes = _figure(len(heads), tokens=max(Q, K))
     for ax, head in zip(axes, heads):
         _heatmap(ax, weights[head], list(rows), list(cols), f"head {head}")
-    fig.suptitle(title)
+    fig.suptitle(title, wrap=True)
     return fig
 
 # %% ../nbs/08_attention.ipynb #47822c78
 def plot_layers(weights: Tensor, title: str = "") -> Figure:
-    "Every layer (a row) and head (a column) of one kind of attention, small and unlabeled: an overview."
+    "Every layer and head of one kind of attention, small and unlabeled: an overview."
     N, h = weights.shape[:2]
-    fig, axes = _grid(N * h, per_row=h, size=1.4, rows_extra=0.4)
+    fig, axes = _figure(N * h, tokens=0)
     for i, ax in enumerate(axes):
         _heatmap(ax, weights[i // h, i % h], False, False, f"layer {i // h}, head {i % h}")
-    fig.suptitle(title)
+    fig.suptitle(title, wrap=True)
     return fig
 
 # %% ../nbs/08_attention.ipynb #8ab846f5
 def plot_attention(
     maps: AttentionMaps, kind: str, layer: int | None = None, heads: Sequence[int] | None = None
 ) -> Figure:
-    "One kind of attention of a sentence: one layer's heads with their tokens, or (layer=None) all layers and heads."
+    """One kind of attention of a sentence: one layer's heads with their tokens, or (layer=None) all
+    layers and heads."""
     check_kind(kind)
     weights = maps.weights[kind]
     if layer is None:
@@ -124,26 +156,22 @@ def plot_attention(
 
 # %% ../nbs/08_attention.ipynb #6db89604
 def plot_sentence(maps: AttentionMaps, layer: int) -> Figure:
-    "Every kind of attention of one layer, a row each, with every head: what `translate --attention` saves."
+    "Every kind of attention of one layer, each with its heads: what `translate --attention` saves."
     kinds = maps.kinds
     N, h = maps.weights[kinds[0]].shape[:2]
     check_index("layer", layer, N)
-    size = _cell_size(max(len(maps.src_tokens), len(maps.tgt_tokens)))
-    fig = AttentionFigure(figsize=(size * h, size * len(kinds) + 0.6), layout="constrained")
-    axes = fig.subplots(len(kinds), h, squeeze=False)
-    for row, kind in enumerate(kinds):
+    tokens = max(len(maps.src_tokens), len(maps.tgt_tokens))
+    fig = AttentionFigure(layout="constrained")
+    parts = fig.subfigures(len(kinds), 1, squeeze=False)[:, 0]
+    grids = [_grid(part, h, tokens) for part in parts]  # [(axes, height)], one per kind
+    fig.set_size_inches(COLUMN, 0.5 + sum(height for _, height in grids))  # the sentence on top
+    for part, kind, (axes, _) in zip(parts, kinds, grids):
         rows, cols = maps.axes(kind)
-        for head in range(h):
-            _heatmap(
-                axes[row][head],
-                maps.weights[kind][layer, head],
-                rows,
-                cols,
-                f"{KINDS[kind]}, head {head}",
-            )
-    fig.suptitle(
-        f"layer {layer}: {' '.join(maps.src_tokens[1:-1])} -> {' '.join(maps.tgt_tokens[1:])}"
-    )
+        for head, ax in enumerate(axes):
+            _heatmap(ax, maps.weights[kind][layer, head], rows, cols, f"head {head}")
+        part.suptitle(KINDS[kind], fontsize=10)
+    source, target = " ".join(maps.src_tokens[1:-1]), " ".join(maps.tgt_tokens[1:])
+    fig.suptitle(f"layer {layer}: {source} -> {target}", wrap=True)
     return fig
 
 # %% ../nbs/08_attention.ipynb #2d2f1805
@@ -180,7 +208,8 @@ class AttentionView:
     decimals: int = 2  # the weights are rounded to this many places, and shown so
 
     def data(self) -> dict:
-        "What the view's script reads: per sentence and kind, its tokens and weights (x 10**decimals)."
+        """What the view's script reads: per sentence and kind, its tokens and weights
+        (x 10**decimals)."""
         scale = 10**self.decimals
 
         def kind_data(m: AttentionMaps, kind: str) -> dict:

@@ -25,7 +25,7 @@ unused.
     python benchmarks/bench_gpu_training.py --profile bf16    # where a step spends its GPU time
     python benchmarks/bench_gpu_training.py --profile "bf16, fused loss"
     python benchmarks/bench_gpu_training.py --device cpu --preset tiny --vocab 1000 \\
-        --max-tokens 2000 --peak-tflops 1 --rounds 1
+        --max-tokens 2000 --peak-tflops 1 --rounds 1 --skip-compile
 """
 
 from __future__ import annotations
@@ -100,6 +100,11 @@ def main() -> None:
         "--peak-tflops",
         type=float,
         help="the device's peak bfloat16 TFLOP/s (default: looked up by GPU name)",
+    )
+    parser.add_argument(
+        "--skip-compile",
+        action="store_true",
+        help="leave out the compiled settings (tools/gpu_runs.sh --dry-run, on a CPU)",
     )
     args = parser.parse_args()
 
@@ -179,6 +184,8 @@ def main() -> None:
             cfg, args.vocab, steps, True, 1.0, torch.bfloat16, compile=True
         ),
     }
+    if args.skip_compile:
+        settings = {label: make for label, make in settings.items() if "compile" not in label}
     if args.profile:
         if args.profile not in settings:
             parser.error(f"--profile: choose one of {', '.join(map(repr, settings))}")

@@ -12,6 +12,10 @@ What is checked (tests/test_browser.py checks the rendered pages themselves):
    checked against its pinned hash and unpacked file by file (a tampered download is refused).
 4. nbs/_quarto.yml and its sidebar stay valid for Quarto users, listing every notebook in reading
    order.
+5. The page tells the truth (tools/prose.py): every figure our prose cites is shown on its page (a
+   quote, the code or an output), the attention chapter names only heads and layers its model has,
+   Part I's prose and the landing page keep to their word budgets, no code line is wider than
+   100 columns, and README.md is the landing page followed by the command-line chapter.
 """
 
 from __future__ import annotations
@@ -90,6 +94,7 @@ def test_the_notebooks_extra_has_what_the_notebooks_import_beyond_the_library() 
         "sentencepiece": "sentencepiece",
         "nbdev": "nbdev",
         "fastcore": "nbdev",
+        "IPython": "ipython",
     }  # import name -> distribution
     imported = set()
     for nb in NOTEBOOKS:
@@ -121,7 +126,8 @@ def test_the_notebooks_extra_has_what_the_notebooks_import_beyond_the_library() 
 def test_the_chapter_table_has_a_colab_badge_for_every_chapter(render) -> None:
     table = next(
         c.source
-        for c in nbformat.read(NOTEBOOKS[0], as_version=4).cells
+        for nb in NOTEBOOKS
+        for c in nbformat.read(nb, as_version=4).cells
         if "| notebook | module |" in c.source
     )
     readme = (ROOT / "README.md").read_text()
@@ -147,6 +153,9 @@ def test_the_chapter_table_has_a_colab_badge_for_every_chapter(render) -> None:
             "from torch import (\n    nn,\n    Tensor,\n)",
             True,
         ),
+        ("try:\n    import tomllib\nexcept ImportError:\n    import tomli as tomllib", True),
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import ctranslate2", True),
+        ("try:\n    import tomllib\nexcept ImportError:\n    tomllib = None", False),
         ("import torch\ntorch.manual_seed(0)", False),
         ("# only a comment", False),
         ("def f(:", False),
@@ -243,3 +252,66 @@ def test_the_quarto_configuration_lists_every_chapter() -> None:
         "contents"
     ]
     assert sidebar == [nb.name for nb in NOTEBOOKS]
+
+
+@pytest.fixture(scope="module")
+def prose():
+    "tools/prose.py as a module."
+    spec = importlib.util.spec_from_file_location("prose", ROOT / "tools" / "prose.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_figure_the_prose_cites_is_on_its_page(prose, nb_path: Path) -> None:
+    assert prose.missing_figures(nb_path) == [], f"{nb_path.name} cites figures it does not show"
+
+
+def test_the_figure_check_finds_a_figure_the_page_does_not_show(prose, tmp_path: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("The model scores 36.41, ahead of 29.7 (§3.2.1).\n> 1.5"),
+        nbformat.v4.new_code_cell("print(score)", outputs=[]),
+    ]
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="36.41\n")]
+    path = tmp_path / "page.ipynb"
+    nbformat.write(nb, path)
+    assert prose.missing_figures(path) == ["29.7"]
+
+
+def test_the_attention_chapter_names_only_heads_and_layers_its_model_has(prose) -> None:
+    from annotated_transformer._chapters import CPU_CONFIG
+
+    chapter = ROOT / "nbs" / "08_attention.ipynb"
+    model = CPU_CONFIG.model
+    assert all(head < model.h for head in prose.named(chapter, prose.HEADS))
+    assert all(layer < model.N for layer in prose.named(chapter, prose.LAYERS))
+
+
+def test_part_one_and_the_landing_page_keep_to_their_word_budgets(prose) -> None:
+    part_one = [nb for nb in NOTEBOOKS if nb.name[:2] in prose.PART_I]
+    assert len(part_one) == 8
+    assert sum(prose.chapter_words(nb)[0] for nb in part_one) <= 12_000
+    assert prose.chapter_words(ROOT / "nbs" / "index.ipynb")[0] <= 800
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_code_line_is_wider_than_100_columns(nb_path: Path) -> None:
+    wide = [
+        line
+        for cell in nbformat.read(nb_path, as_version=4).cells
+        if cell.cell_type == "code"
+        for line in cell.source.splitlines()
+        if len(line) > 100
+    ]
+    assert wide == [], f"{nb_path.name}: {len(wide)} code lines over 100 columns"
+
+
+def test_the_readme_is_the_landing_page_and_the_command_line_chapter() -> None:
+    spec = importlib.util.spec_from_file_location("readme", ROOT / "tools" / "readme.py")
+    readme = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(readme)
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert text == readme.readme_text(), "README.md is stale: run python tools/readme.py"
+    assert text.index("# annotated-transformer") < text.index("## The Project and Its Command Line")

@@ -20,6 +20,22 @@ What is checked, on the rendered pages:
    on the rendered attention chapter from the model it was rendered with, and on a view made here
    from a small random model. Screenshots of the index, of Part 1 at "3.2.2 Multi-Head Attention",
    of the heatmaps and of the interactive view go to test-artifacts/.
+7. Figures 1 and 2 are drawn: Part 1 shows the SVG diagrams of its `#| echo: false` cells
+   (annotated_transformer/_diagrams.py: figure1, figure2_scaled_dot_product, figure2_multi_head),
+   each visible, at the column's width, under its own title, and none of those cells' code.
+8. No code cell is wider than its box: at a 1400 px wide window no code or output block of any page
+   (folded imports included) scrolls sideways; a failure names the page and the lines too long.
+9. The heatmaps' labels are readable: on the attention chapter, every figure of
+   annotated_transformer/visualization.py (COLUMN inches wide at the dpi its PNG records) shows its
+   LABEL_POINTS labels at 10 CSS px or more.
+10. Citations resolve: every link of every page to the references page (20_references.html#...)
+    leads to an element of that page with that id, and Part 1 has such links.
+11. The interactive attention view works by keyboard and on a phone: its tokens are reached with Tab
+    and the arrow keys, and a focused token shows the weights that pointing at it shows; at 420 px
+    neither the view's menus nor its columns overflow the window, nor does the page.
+12. Screenshots of every page, whole, at 1400 and 420 px wide go to
+    test-artifacts/screenshots/<page>-1400.png and <page>-420.png; no page scrolls sideways at
+    either width.
 
 The book comes from tools/render.py (the main job). tools/test.sh renders it into
 test-artifacts/tutorial and names the folder in $TUTORIAL_DIR; without it, this module renders the
@@ -29,6 +45,8 @@ are skipped, unless $REQUIRE_BROWSER is set (.ci/run sets it).
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
 import re
@@ -37,16 +55,25 @@ import subprocess
 import sys
 from pathlib import Path
 
+import matplotlib
 import nbformat
 import pytest
 import torch
+from PIL import Image
 
+from annotated_transformer import _diagrams, visualization
 from annotated_transformer.model import ModelConfig, attention_weights
 from annotated_transformer.translation import AttentionMaps
 from annotated_transformer.visualization import AttentionView
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
+SCREENSHOTS = ARTIFACTS / "screenshots"
+WIDE, NARROW = 1400, 420  # window widths: a laptop's, a phone's
+REFERENCES = "20_references.html"  # the page the citations link to (tools/render.py's REFERENCES)
+# pages with no imports to fold and few sections; the command line's snippets keep their imports
+# so that each can be copied whole
+NOT_CHAPTERS = ("index.html", "16_command_line.html", REFERENCES)
 CHROMIUM_FLAGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -167,7 +194,7 @@ def test_every_chapter_is_reachable_and_every_toc_link_resolves(tutorial: Path, 
             sections,
         )
         assert unresolved == [], f"{name}: table of contents links without a target: {unresolved}"
-        if name != "index.html":
+        if name not in NOT_CHAPTERS:
             assert len(sections) >= 3, f"{name}: its table of contents lists {sections}"
     open_page(page, tutorial, "01_model.html")
     page.locator(".book-toc a", has_text="3.2.2 Multi-Head Attention").click()
@@ -222,7 +249,7 @@ def test_pages_read_as_a_book(tutorial: Path, page) -> None:
         colab = page.locator(".book-header a.book-colab")
         assert colab.get_attribute("href").endswith(f"/blob/main/nbs/{nb.name}")
         assert colab.locator("img").evaluate("img => img.complete && img.naturalWidth > 0")
-        if name != "index.html":
+        if name not in NOT_CHAPTERS:
             imports = page.locator("details.book-imports")
             assert imports.count() >= 1 and not imports.first.evaluate("d => d.open"), (
                 f"{name}: its imports are not folded"
@@ -257,7 +284,7 @@ def test_images_are_loaded_and_no_output_shows_an_error(tutorial: Path, page) ->
 
 
 def test_the_attention_chapter_shows_its_heatmaps(tutorial: Path, page) -> None:
-    [chapter] = [nb for nb in notebooks() if nb.name.startswith("07")]
+    [chapter] = [nb for nb in notebooks() if nb.name.startswith("08")]
     open_page(page, tutorial, chapter.with_suffix(".html").name)
     images = page.locator(".jp-OutputArea-output img")
     assert (
@@ -390,3 +417,220 @@ def test_the_rendered_interactive_view_shows_the_trained_models_weights(
     assert view.locator(".av-sentence option").count() >= 3
     check_view(view, expected)
     page.screenshot(path=ARTIFACTS / "book-attention-view.png")
+
+
+def resize(page, width: int) -> None:
+    page.set_viewport_size({"width": width, "height": 900})
+
+
+def echo_false_cells(nb: Path) -> list[nbformat.NotebookNode]:
+    "The code cells of the notebook that the book shows without their code (`#| echo: false`)."
+    return [
+        cell
+        for cell in nbformat.read(nb, as_version=4).cells
+        if cell.cell_type == "code" and re.search(r"^#\|\s*echo:\s*false\b", cell.source, re.M)
+    ]
+
+
+def svg_title(svg: str) -> str:
+    return re.search(r"<title>(.*?)</title>", svg, re.DOTALL).group(1)
+
+
+FIGURES = ["figure1", "figure2_scaled_dot_product", "figure2_multi_head"]  # Part 1's diagrams
+SHOWN_SVG = """cell => [...cell.querySelectorAll(".jp-OutputArea-output :is(svg, img)")]
+  .map(el => {  // each SVG an output shows, inline or as an <img>, with its <title> and size
+    let svg = el;
+    if (el.tagName === "IMG") {
+      const src = el.getAttribute("src"), comma = src.indexOf(",");
+      const [head, data] = [src.slice(0, comma), src.slice(comma + 1)];
+      if (!head.startsWith("data:image/svg+xml")) return null;
+      const text = head.endsWith(";base64")
+        ? new TextDecoder().decode(Uint8Array.from(atob(data), c => c.charCodeAt(0)))
+        : decodeURIComponent(data);
+      svg = new DOMParser().parseFromString(text, "image/svg+xml").documentElement;
+      if (!(el.complete && el.naturalWidth > 0)) return {title: "(not loaded)", width: 0};
+    }
+    const box = el.getBoundingClientRect();
+    return {title: svg.querySelector("title")?.textContent, width: box.width, height: box.height};
+  }).filter(Boolean)"""
+
+
+def test_part_1_shows_figures_1_and_2_without_their_code(tutorial: Path, page) -> None:
+    [part1] = [nb for nb in notebooks() if nb.name.startswith("01")]
+    titles = {name: svg_title(getattr(_diagrams, name)()) for name in FIGURES}
+    cells = echo_false_cells(part1)
+    drawn = [name for cell in cells for name in FIGURES if re.search(rf"\b{name}\(", cell.source)]
+    assert sorted(drawn) == sorted(FIGURES), f"Part 1's `#| echo: false` cells draw {drawn}"
+    resize(page, WIDE)
+    open_page(page, tutorial, "01_model.html")
+    column = page.locator("main").evaluate(
+        "m => m.clientWidth - parseFloat(getComputedStyle(m).paddingLeft)"
+        " - parseFloat(getComputedStyle(m).paddingRight)"
+    )
+    code = page.eval_on_selector_all(
+        ".jp-CodeCell .jp-InputArea", "areas => areas.map(a => a.textContent).join('\\n')"
+    )
+    for cell in cells:
+        element = page.locator(f'[id="cell-id={cell.id}"]')
+        assert element.count() == 1, f"Part 1 has no cell {cell.id}"
+        assert element.locator(".jp-InputArea").count() == 0, f"cell {cell.id} shows its code"
+        last_line = re.sub(r"\s+", " ", cell.source.strip().splitlines()[-1].strip())
+        assert last_line not in re.sub(r"[ \t]+", " ", code), f"Part 1 shows {last_line!r}"
+        [name] = [name for name in FIGURES if re.search(rf"\b{name}\(", cell.source)]
+        shown = element.evaluate(SHOWN_SVG)
+        assert [svg["title"] for svg in shown] == [titles[name]], (name, shown)
+        assert element.locator(".jp-OutputArea-output").first.is_visible()
+        # drawn 1:1 for a column of _diagrams.COLUMN px, so that its 12 px text stays 12 px
+        assert shown[0]["width"] >= 0.95 * min(_diagrams.COLUMN, column), (name, shown, column)
+        assert shown[0]["height"] > 100, (name, shown)
+    page.locator(f'[id="cell-id={cells[0].id}"]').scroll_into_view_if_needed()
+    page.screenshot(path=ARTIFACTS / "book-figure-1.png")
+
+
+OVERFLOWING = """() => {  // the lines of code and output blocks wider than their box
+  document.querySelectorAll("main details").forEach(d => { d.open = true; });  // folded imports
+  const ruler = document.createElement("canvas").getContext("2d");
+  const found = [];
+  for (const pre of document.querySelectorAll(
+      "main .jp-InputArea-editor pre, main .jp-OutputArea-output pre")) {
+    if (pre.scrollWidth <= pre.clientWidth + 1) continue;
+    const style = getComputedStyle(pre);
+    ruler.font = `${style.fontStyle} ${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+    const room = pre.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    const lines = pre.textContent.split("\\n");
+    const long = lines.filter(line => ruler.measureText(line).width > room);
+    found.push(...(long.length ? long : [lines.reduce((a, b) => (b.length > a.length ? b : a))]));
+  }
+  document.querySelectorAll("main details").forEach(d => { d.open = false; });
+  return found;
+}"""
+
+
+def test_no_code_cell_is_wider_than_its_box(tutorial: Path, page) -> None:
+    resize(page, WIDE)
+    too_wide = []
+    for nb in notebooks():
+        name = nb.with_suffix(".html").name
+        open_page(page, tutorial, name)
+        too_wide += [f"{name}: {line[:60]!r}" for line in page.evaluate(OVERFLOWING)]
+    assert too_wide == [], (
+        f"{len(too_wide)} lines do not fit their box at {WIDE} px:\n" + "\n".join(too_wide)
+    )
+
+
+def png_dpi(src: str) -> float:
+    """The dots per inch an image's PNG (a data: URI) records, as matplotlib writes them; else
+    matplotlib's default, which a notebook's figures keep unless it sets another."""
+    png = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1])))
+    return float(png.info.get("dpi", (matplotlib.rcParamsDefault["figure.dpi"],))[0])
+
+
+def test_the_heatmaps_labels_are_readable(tutorial: Path, page) -> None:
+    resize(page, WIDE)
+    open_page(page, tutorial, "08_attention.html")
+    images = page.locator(".jp-OutputArea-output img[src^='data:image/png']")
+    labels = []  # (image, dpi, natural width, shown width, label height in CSS px)
+    for i in range(images.count()):
+        dpi = png_dpi(images.nth(i).get_attribute("src"))
+        natural, width = images.nth(i).evaluate("img => [img.naturalWidth, img.clientWidth]")
+        if abs(natural - visualization.COLUMN * dpi) <= 2:  # a figure of the visualization module
+            labels.append(
+                (i, dpi, natural, width, visualization.LABEL_POINTS * dpi / 72 * width / natural)
+            )
+    assert len(labels) >= 4, f"{len(labels)} heatmap figures on the attention chapter: {labels}"
+    small = [label for label in labels if label[-1] < 10]
+    assert small == [], f"labels under 10 px (image, dpi, natural, shown, px): {small}"
+
+
+def test_citations_lead_to_their_reference(tutorial: Path, page) -> None:
+    links = {}  # page -> the hrefs of its links to the references page
+    for nb in notebooks():
+        name = nb.with_suffix(".html").name
+        open_page(page, tutorial, name)
+        links[name] = page.eval_on_selector_all(
+            f'main a[href*="{REFERENCES}#"]', "links => links.map(a => a.getAttribute('href'))"
+        )
+    assert links["01_model.html"], "Part 1 links no citation to the references page"
+    assert (tutorial / REFERENCES).is_file(), (
+        f"{sum(map(len, links.values()))} citations link to {REFERENCES}, which was not rendered"
+    )
+    targets = sorted({href.split("#", 1)[1] for hrefs in links.values() for href in hrefs})
+    open_page(page, tutorial, REFERENCES)
+    missing = page.evaluate(
+        "ids => ids.filter(id => !document.getElementById(decodeURIComponent(id)))", targets
+    )
+    cited_by = {
+        t: [n for n, hrefs in links.items() if any(h.endswith("#" + t) for h in hrefs)]
+        for t in missing
+    }
+    assert missing == [], f"citations without a reference: {cited_by}"
+    open_page(page, tutorial, "01_model.html")  # and following one lands on it
+    page.locator(f'main a[href*="{REFERENCES}#"]').first.click()
+    page.wait_for_load_state("load")
+    assert Path(page.url.split("#")[0]).name == REFERENCES
+    assert page.evaluate(
+        "document.getElementById(decodeURIComponent(location.hash.slice(1))) !== null"
+    )
+
+
+FOCUSED = """() => {  // which token has the keyboard's focus: [column, index], or null
+  const t = document.activeElement;
+  return t.matches(".av-token") ? [t.closest(".av-queries") ? "queries" : "keys",
+                                   Number(t.dataset.index)] : null;
+}"""
+
+
+def test_the_interactive_view_works_by_keyboard_and_on_a_phone(tutorial: Path, page) -> None:
+    open_page(page, tutorial, "08_attention.html")
+    view = page.locator(".attention-view").last
+    view.scroll_into_view_if_needed()
+    view.locator(".av-kind").select_option("decoder_src")
+    assert view.locator(".av-token").evaluate_all(
+        "tokens => tokens.length > 0 && tokens.every(t => t.tabIndex >= 0)"
+    ), "the view's tokens cannot be reached with Tab"
+    view.locator(".av-head").focus()  # the last menu; the tokens come next
+    page.keyboard.press("Tab")
+    assert page.evaluate(FOCUSED) == ["queries", 0]
+    by_keyboard = [shown(view, "keys")]
+    page.keyboard.press("ArrowDown")
+    assert page.evaluate(FOCUSED) == ["queries", 1]
+    by_keyboard.append(shown(view, "keys"))
+    assert all(re.fullmatch(r"\d\.\d\d", w) for _, w in by_keyboard[0]), by_keyboard[0]
+    assert by_keyboard[0] != by_keyboard[1], "moving to another token changed nothing"
+    page.evaluate("document.activeElement.blur()")
+    assert all(w == "" for _, w in shown(view, "keys")), "the weights stay after the focus left"
+    for i, weights in enumerate(by_keyboard):
+        view.locator(".av-queries .av-token").nth(i).hover()
+        assert shown(view, "keys") == weights, (
+            f"query {i}: focus and pointer show different weights"
+        )
+    page.mouse.move(0, 0)
+
+    resize(page, NARROW)
+    open_page(page, tutorial, "08_attention.html")
+    view.scroll_into_view_if_needed()
+    boxes = view.locator(".av-controls label, .av-controls select, .av-column").evaluate_all(
+        "els => els.map(e => [e.className || e.textContent.trim().split(/\\s/)[0],"
+        " e.getBoundingClientRect().left, e.getBoundingClientRect().right])"
+    )
+    outside = [box for box in boxes if box[1] < -1 or box[2] > NARROW + 1]
+    page.screenshot(path=ARTIFACTS / f"book-attention-view-{NARROW}.png")
+    assert outside == [], f"at {NARROW} px these parts of the view leave the window: {outside}"
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= NARROW + 1, f"at {NARROW} px the attention chapter is {width} px wide"
+
+
+def test_screenshots_of_every_page_at_two_widths(tutorial: Path, page) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    sideways = []
+    for width in (WIDE, NARROW):
+        resize(page, width)
+        for nb in notebooks():
+            open_page(page, tutorial, nb.with_suffix(".html").name)
+            path = SCREENSHOTS / f"{nb.stem}-{width}.png"
+            page.screenshot(path=path, full_page=True)
+            assert path.stat().st_size > 10_000, path
+            scroll_width = page.evaluate("document.documentElement.scrollWidth")
+            if scroll_width > width + 1:
+                sideways.append(f"{nb.stem} at {width} px: {scroll_width} px wide")
+    assert sideways == [], f"pages that scroll sideways: {sideways}"

@@ -244,9 +244,7 @@ def test_ctrl_c_during_translate_is_one_line_saying_what_was_written(trained):
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert first.strip() and process.returncode == 130
-    assert (
-        err.strip() == "annotated-transformer translate: interrupted after writing 1 line"
-    )
+    assert err.strip() == "annotated-transformer translate: interrupted after writing 1 line"
 
 
 # ------------------------------------------------------------------------------------------- 6.

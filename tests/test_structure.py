@@ -10,8 +10,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_no_function_over_60_lines_and_no_exported_cell_over_50() -> None:
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "structure.py"), "--check"],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "structure.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stdout
 
 

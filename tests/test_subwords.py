@@ -318,7 +318,9 @@ def test_a_damaged_or_foreign_state_is_refused_naming_its_source(
     ):
         SubwordTokenizer(b"")
     garbage = b"not a sentencepiece model"
-    with pytest.raises(ValueError, match=r"model: not a sentencepiece model \(damaged, or empty: 25 "):
+    with pytest.raises(
+        ValueError, match=r"model: not a sentencepiece model \(damaged, or empty: 25 "
+    ):
         SubwordTokenizer.from_state_dict(
             {
                 "type": "sentencepiece",

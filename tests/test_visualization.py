@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ from annotated_transformer.config import RuntimeOptions, TrainConfig
 from annotated_transformer.model import KINDS, ModelConfig, attention_weights
 from annotated_transformer.trainer import train
 from annotated_transformer.translation import AttentionMaps, Translator
-from annotated_transformer.visualization import AttentionView, plot_attention
+from annotated_transformer.visualization import AttentionView, plot_attention, plot_sentence
 
 SENTENCE = "Ein Hund sieht einen Ball im Park."
 
@@ -117,13 +118,33 @@ def test_heatmap_cells_are_the_weights_with_tokens_in_order(kind: str, maps: Att
     rows, cols = maps.axes(kind)
     for layer in range(2):
         fig = plot_attention(maps, kind, layer=layer)
-        assert len(fig.axes) == 4
-        for head, ax in enumerate(fig.axes):
+        heatmaps = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+        assert len(heatmaps) == 4 and len(fig.axes) == 5  # and one colour bar
+        for head, ax in enumerate(heatmaps):
             cells = torch.tensor(ax.collections[0].get_array()).reshape(len(rows), len(cols))
             torch.testing.assert_close(cells, maps.weights[kind][layer, head])
             assert [t.get_text() for t in ax.get_yticklabels()] == rows  # queries down the side
             assert [t.get_text() for t in ax.get_xticklabels()] == cols  # keys along the bottom
             assert ax.get_title() == f"head {head}"
+
+
+@pytest.mark.parametrize("words", [3, 12, 40])
+def test_every_figure_fits_the_column_with_labels_of_10_px(words: int) -> None:
+    "At most four heads a row, the figure within the column (never shrunk), labels >= 10 px."
+    torch.manual_seed(0)
+    model = ModelConfig(N=1, d_model=32, d_ff=64, h=8, dropout=0.0).build(9, 9).eval()
+    src, tgt = torch.randint(3, 9, (1, words + 2)), torch.randint(3, 9, (1, words + 1))
+    weights = attention_weights(model, src, tgt, pad=0)
+    tokens = ["<s>", *[f"w{i}" for i in range(words)], "</s>"]
+    maps = AttentionMaps(tokens, tokens[:-1], weights)
+    for fig in (plot_attention(maps, "encoder", layer=0), plot_sentence(maps, 0)):
+        assert fig.get_size_inches()[0] <= 8.2  # 820 px at 100 dpi: the book's column
+        heatmaps = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+        rows = Counter(round(ax.get_position().y0, 3) for ax in heatmaps)  # maps per row
+        assert max(rows.values()) <= 4
+        labels = heatmaps[0].get_yticklabels()
+        assert labels and min(t.get_fontsize() for t in labels) * fig.dpi / 72 >= 10
+        assert any(ax.get_label() == "<colorbar>" for ax in fig.axes)
 
 
 # =========================================================================== 4. the console command

@@ -1,7 +1,11 @@
-"""Write README.md from nbs/index.ipynb (what nbdev-readme does with Quarto, which we cannot assume).
+"""Write README.md from the landing page (nbs/index.ipynb) and the reference chapter
+(nbs/16_command_line.ipynb): what nbdev-readme does with Quarto, which we cannot assume.
 
-Markdown cells are copied as they are; visible code cells become Python blocks followed by their text
-output. tools/test.sh runs this and fails if README.md changed, so the two never drift apart.
+Markdown cells are copied (links made relative to the repository root); visible code cells become
+Python blocks followed by their output; `#| echo: false` cells give their output alone; an SVG
+output is written to nbs/images/ and linked. `#| hide` cells are left out. The reference chapter's
+headings go one level down, under the landing page's. tools/test.sh runs this and fails if
+README.md or an image changed, so they never drift from the notebooks.
 """
 
 from __future__ import annotations
@@ -12,34 +16,74 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
-HEADER = "<!-- Generated from nbs/index.ipynb by tools/readme.py: edit the notebook, not this file. -->\n\n"
+NBS = ROOT / "nbs"
+SOURCES = ("index.ipynb", "16_command_line.ipynb")
+HEADER = (
+    "<!-- Generated from nbs/index.ipynb and nbs/16_command_line.ipynb by tools/readme.py: "
+    "edit the notebooks, not this file. -->\n\n"
+)
 
 
-def cell_markdown(cell: nbformat.NotebookNode) -> str | None:
+def directive(cell: nbformat.NotebookNode, name: str) -> bool:
+    "Whether the cell carries nbdev's `#| NAME` directive (`hide`, `echo: false`...)."
+    return re.search(rf"^#\|\s*{name}\b", cell.source, re.M) is not None
+
+
+def without_directives(source: str) -> str:
+    return "\n".join(line for line in source.splitlines() if not line.startswith("#|")).strip()
+
+
+def outputs_markdown(cell: nbformat.NotebookNode, image_stem: str) -> list[str]:
+    "A code cell's outputs: Markdown as it is, SVG as an image file, text in a plain block."
+    parts = []
+    for number, out in enumerate(cell.get("outputs", [])):
+        data = out.get("data", {})
+        if "text/markdown" in data:
+            parts.append("".join(data["text/markdown"]).strip())
+        elif "image/svg+xml" in data:
+            image = NBS / "images" / f"{image_stem}-{number}.svg"
+            image.parent.mkdir(exist_ok=True)
+            image.write_text("".join(data["image/svg+xml"]), encoding="utf-8")
+            parts.append(f"![]({image.relative_to(ROOT).as_posix()})")
+        else:
+            text = "".join(out.get("text", "") or data.get("text/plain", "")).strip()
+            parts.append(f"```\n{text}\n```" if text else "")
+    return [p for p in parts if p]
+
+
+def cell_markdown(cell: nbformat.NotebookNode, image_stem: str) -> str | None:
     "The README text of one cell, or None for a hidden or directive-only cell."
-    if cell.cell_type == "markdown":
-        text = "\n".join(
-            line for line in cell.source.splitlines() if not line.startswith("#|")
-        ).strip()
-        return re.sub(r"\]\((\w+\.ipynb)\)", r"](nbs/\1)", text)  # links from the repository root
-    if cell.cell_type != "code" or re.match(r"\s*#\|\s*(hide|default_exp)\b", cell.source):
+    if directive(cell, "hide") or directive(cell, "default_exp"):
         return None
-    code = "\n".join(line for line in cell.source.splitlines() if not line.startswith("#|")).strip()
-    text = "".join(
-        "".join(out.get("text", ""))
-        if out.output_type == "stream"
-        else "".join(out.get("data", {}).get("text/plain", ""))
-        for out in cell.get("outputs", [])
-    ).strip()
-    return f"```python\n{code}\n```" + (f"\n\n```\n{text}\n```" if text else "")
+    if cell.cell_type == "markdown":
+        text = without_directives(cell.source)
+        return re.sub(r"\]\((\w+\.ipynb)", r"](nbs/\1", text)  # links from the repository root
+    if cell.cell_type != "code":
+        return None
+    shown = outputs_markdown(cell, image_stem)
+    if not directive(cell, "echo: false"):
+        shown.insert(0, f"```python\n{without_directives(cell.source)}\n```")
+    return "\n\n".join(shown) or None
 
 
-def readme_text(nb_path: Path) -> str:
-    "README.md's full text for the index notebook."
+def notebook_markdown(nb_path: Path, level: int = 0) -> str:
+    "A notebook's README text, its headings `level` levels down."
     nb = nbformat.read(nb_path, as_version=4)
-    parts = [md for md in map(cell_markdown, nb.cells) if md]
-    return HEADER + "\n\n".join(parts) + "\n"
+    parts = []
+    for i, cell in enumerate(nb.cells):
+        text = cell_markdown(cell, f"{nb_path.stem}-{i}")
+        if text and level:
+            text = re.sub(r"^(#+) ", lambda m: "#" * (len(m[1]) + level) + " ", text, flags=re.M)
+        if text:
+            parts.append(text)
+    return "\n\n".join(parts)
+
+
+def readme_text() -> str:
+    "README.md's full text: the landing page, then the reference chapter."
+    landing, reference = (NBS / name for name in SOURCES)
+    return HEADER + notebook_markdown(landing) + "\n\n" + notebook_markdown(reference, 1) + "\n"
 
 
 if __name__ == "__main__":
-    (ROOT / "README.md").write_text(readme_text(ROOT / "nbs" / "index.ipynb"), encoding="utf-8")
+    (ROOT / "README.md").write_text(readme_text(), encoding="utf-8")

@@ -1,6 +1,7 @@
 """Execute every notebook in nbs/ top to bottom and render the tutorial as a book of HTML pages.
 
-The pages go to _docs/ (one per notebook, index.html first), each with a sidebar listing the chapters
+The pages go to _docs/ (one per notebook, index.html first), each with a sidebar listing the
+chapters
 and the current chapter's sections, previous/next links and an "Open in Colab" badge. Formulas are
 typeset by KaTeX, copied into _docs/katex/ from the npm package pinned below, so the book reads
 offline: no page loads anything from the network. nbdev's directives and `#| hide` cells are left
@@ -42,7 +43,8 @@ KATEX_URL = f"https://registry.npmjs.org/katex/-/katex-{KATEX_VERSION}.tgz"
 KATEX_SHA512 = (
     "jG8uKntjSEcm2EpQOh0XturpPuuC9r3Sq5HLHdsFdWZT27E672SF19QEi+of0/YeOy15lDgRhKvr5614uRrEfA=="
 )
-COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"  # the README's badge; pages use a local copy
+# The README's badge; pages use a local copy
+COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 
 
 def chapters(nbs: Path) -> list[Path]:
@@ -77,7 +79,8 @@ def colab_url(nb_path: Path) -> str:
 
 
 def katex_tarball() -> bytes:
-    "The pinned KaTeX package: $KATEX_TARBALL if set, else the cached download (fetched once from npm's registry)."
+    """The pinned KaTeX package: $KATEX_TARBALL if set, else the cached download (fetched once
+    from npm's registry)."""
     path = Path(
         os.environ.get("KATEX_TARBALL")
         or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
@@ -93,7 +96,8 @@ def katex_tarball() -> bytes:
     data = path.read_bytes()
     if base64.b64encode(hashlib.sha512(data).digest()).decode() != KATEX_SHA512:
         raise SystemExit(
-            f"{path}: not KaTeX {KATEX_VERSION} (its sha512 differs from npm's); delete it to download again"
+            f"{path}: not KaTeX {KATEX_VERSION} (its sha512 differs from npm's); "
+            f"delete it to download again"
         )
     return data
 
@@ -114,7 +118,7 @@ def install_katex(out: Path) -> None:
                 target.write_bytes(tar.extractfile(member).read())
 
 
-# --- the notebook, prepared for reading ------------------------------------------------------------
+# --- the notebook, prepared for reading -----------------------------------------------------
 
 DIRECTIVE = re.compile(
     r"^\s*#\|.*(?:\n|$)", re.MULTILINE
@@ -122,17 +126,59 @@ DIRECTIVE = re.compile(
 
 
 def only_imports(source: str) -> bool:
-    "Whether a code cell does nothing but import."
+    "Whether a code cell does nothing but import (a `try` or an `if` around imports counts)."
     try:
         body = ast.parse(source).body
     except SyntaxError:
         return False
-    return bool(body) and all(isinstance(node, (ast.Import, ast.ImportFrom)) for node in body)
+    return bool(body) and _imports(body)
+
+
+def _imports(nodes: list[ast.stmt]) -> bool:
+    "Whether these statements import and do nothing else."
+
+    def one(node: ast.stmt) -> bool:
+        if isinstance(node, ast.Try):
+            return _imports(node.body) and all(_imports(h.body) for h in node.handlers)
+        if isinstance(node, ast.If):
+            return _imports(node.body) and _imports(node.orelse)
+        return isinstance(node, (ast.Import, ast.ImportFrom))
+
+    return all(one(node) for node in nodes)
+
+
+REFERENCES = "20_references.html"  # the references page the citations link to
+# The paper's "[5, 2, 35]", not a Markdown link
+CITATION = re.compile(r"\[(\d+(?:,\s*\d+)*)\](?!\()")
+
+
+def link_citations(markdown: str) -> str:
+    "The paper's numeric citations as links to the references page: [5, 2] -> [[5](...), [2](...)]."
+
+    def links(match: re.Match) -> str:
+        numbers = [n.strip() for n in match.group(1).split(",")]
+        return "[" + ", ".join(f'<a href="{REFERENCES}#ref-{n}">{n}</a>' for n in numbers) + "]"
+
+    return CITATION.sub(links, markdown)
+
+
+def summary_paragraph(markdown: str) -> str:
+    """A chapter's first cell with its summary (nbdev's `> ` lines under the title) as a lead
+    paragraph: in the book a quote block is the paper's words, and the summary is ours."""
+    lines = markdown.splitlines()
+    quoted = [line[1:].strip() for line in lines if line.startswith(">")]
+    if not quoted:
+        return markdown
+    rest = [line for line in lines if not line.startswith(">")]
+    summary = html.escape(" ".join(quoted), quote=False)
+    summary = re.sub(r"`([^`]+)`", r"<code>\1</code>", summary)
+    return "\n".join(rest).rstrip() + f'\n\n<p class="book-summary">{summary}</p>\n'
 
 
 def prepare(nb: nbformat.NotebookNode) -> None:
-    """Drop the `#| hide` cells and every directive line, as nbdev's docs do; fold the import cells and label
-    the exported ones with their module (in cell.metadata.book, which the template reads)."""
+    """Drop the `#| hide` cells and every directive line, as nbdev's docs do; show only the output
+    of `#| echo: false` cells; fold the import cells and label the exported ones with their module
+    (in cell.metadata.book, which the template reads)."""
     module = next(
         (
             m.group(1)
@@ -142,18 +188,21 @@ def prepare(nb: nbformat.NotebookNode) -> None:
         None,
     )
     kept = []
-    for cell in nb.cells:
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            cell.source = link_citations(summary_paragraph(cell.source) if i == 0 else cell.source)
         if re.match(r"\s*#\|\s*hide\b", cell.source):
             continue
         exported = (
             cell.cell_type == "code"
             and re.search(r"^#\|\s*exports?\b", cell.source, re.M) is not None
         )
+        if re.search(r"^#\|\s*echo:\s*false\b", cell.source, re.M):  # the output alone
+            cell.metadata["transient"] = {"remove_source": True}
         cell.source = DIRECTIVE.sub("", cell.source).strip("\n")
         if cell.cell_type == "code" and only_imports(cell.source):
-            cell.metadata["book"] = {
-                "imports": f"Imports{f' of annotated_transformer/{module}.py' if exported and module else ''}"
-            }
+            where = f" of annotated_transformer/{module}.py" if exported and module else ""
+            cell.metadata["book"] = {"imports": f"Imports{where}"}
         elif exported and module:
             cell.metadata["book"] = {"module": f"annotated_transformer/{module}.py"}
         if cell.source or cell.get("outputs"):  # a cell that held only `#| default_exp` goes
@@ -161,7 +210,7 @@ def prepare(nb: nbformat.NotebookNode) -> None:
     nb.cells = kept
 
 
-# --- navigation ------------------------------------------------------------------------------------
+# --- navigation -----------------------------------------------------------------------------
 
 HEADING = re.compile(r'<h([2-4]) id="([^"]+)"[^>]*>(.*?)</h\1>', re.DOTALL)
 
@@ -204,7 +253,8 @@ def sidebar(
             else f"<li>{label}</li>"
         )
     return (
-        '<aside class="book-sidebar"><div class="book-title"><a href="index.html">annotated-transformer</a></div>'
+        '<aside class="book-sidebar"><div class="book-title">'
+        '<a href="index.html">annotated-transformer</a></div>'
         f'<nav aria-label="chapters"><ol class="book-chapters">{"".join(items)}</ol></nav></aside>'
     )
 
@@ -215,12 +265,14 @@ def pager(pages: list[tuple[str, str]], current: int) -> str:
     if current > 0:
         href, name = pages[current - 1]
         links.append(
-            f'<a class="book-prev" rel="prev" href="{href}"><small>&larr; previous</small>{html.escape(name)}</a>'
+            f'<a class="book-prev" rel="prev" href="{href}">'
+            f"<small>&larr; previous</small>{html.escape(name)}</a>"
         )
     if current + 1 < len(pages):
         href, name = pages[current + 1]
         links.append(
-            f'<a class="book-next" rel="next" href="{href}"><small>next &rarr;</small>{html.escape(name)}</a>'
+            f'<a class="book-next" rel="next" href="{href}">'
+            f"<small>next &rarr;</small>{html.escape(name)}</a>"
         )
     return f'<nav class="book-pager" aria-label="previous and next">{"".join(links)}</nav>'
 
@@ -235,8 +287,12 @@ def header(pages: list[tuple[str, str]], current: int, nb_path: Path) -> str:
         if current + 1 < len(pages)
         else ""
     )
-    badge = f'<a class="book-colab" href="{colab_url(nb_path)}"><img src="colab-badge.svg" alt="Open in Colab"></a>'
-    return f'<header class="book-header">{prev_link}{next_link}<span class="book-spacer"></span>{badge}</header>'
+    badge = (
+        f'<a class="book-colab" href="{colab_url(nb_path)}">'
+        '<img src="colab-badge.svg" alt="Open in Colab"></a>'
+    )
+    spacer = '<span class="book-spacer"></span>'
+    return f'<header class="book-header">{prev_link}{next_link}{spacer}{badge}</header>'
 
 
 def page(body: str, pages: list[tuple[str, str]], current: int, nb_path: Path) -> str:
@@ -317,7 +373,8 @@ def main() -> int:
             continue
         t0 = time.time()
         print(
-            f"[{i + 1}/{len(paths)}] {'rendering' if args.no_execute else 'executing'} {path.name} ...",
+            f"[{i + 1}/{len(paths)}] {'rendering' if args.no_execute else 'executing'} "
+            f"{path.name} ...",
             flush=True,
         )
         try:

@@ -1,9 +1,10 @@
-"""Print the package's structure as a new engineer meets it: module sizes, the longest functions, the
-largest exported notebook cells, the widest code lines, and what each module imports from the package.
+"""Print the package's structure as a new engineer meets it: module sizes, the longest functions,
+the largest exported notebook cells, the widest code lines, and what each module imports from the
+package.
 
     python tools/structure.py            # the tables
-    python tools/structure.py --check    # exit 1 if a function runs over 60 lines or an exported cell
-                                         # over 50 (the limits the tests keep)
+    python tools/structure.py --check    # exit 1 if a function runs over 60 lines or an
+                                         # exported cell over 50 (the limits the tests keep)
 """
 
 from __future__ import annotations

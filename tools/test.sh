@@ -23,6 +23,12 @@ else
   echo "(not a git checkout: skipped)"
 fi
 
+echo "== ruff: every code line within 100 columns, and formatted"
+# The notebooks are the source of the exported modules; the rest of the package is written by hand.
+sources=(nbs tests tools benchmarks annotated_transformer/{cli,_chapters,_diagrams}.py)
+ruff check "${sources[@]}"
+ruff format --check "${sources[@]}"
+
 echo "== nbdev-test: every notebook, top to bottom, without the cells flagged slow"
 nbdev-test --n-workers 2
 

@@ -1,5 +1,6 @@
-// The interactive attention view (AttentionView, nbs/08_attention.ipynb): one view per call,
-// found from the script element that runs it; its data is the JSON beside it.
+// The interactive attention view (AttentionView, nbs/08_attention.ipynb): one view per call, found
+// from the script element that runs it; its data is the JSON beside it. A token shows its weights
+// when pointed at or focused: Tab moves from token to token, the arrow keys along a column.
 (function () {
   const view = document.currentScript.closest(".attention-view");
   const data = JSON.parse(view.querySelector(".av-data").textContent);
@@ -18,17 +19,28 @@
       t.querySelector(".av-weight").textContent = w === null ? "" : w.toFixed(data.decimals);
     });
   }
+  function move(side, i, step, event) {  // arrow keys: the next token of the column
+    const tokens = columns[side].querySelectorAll(".av-token");
+    const next = tokens[Math.min(Math.max(i + step, 0), tokens.length - 1)];
+    if (next) { next.focus(); event.preventDefault(); }
+  }
   function fill(side, tokens) {
     const title = `<div class="av-title">${side === "query" ? "queries (rows)" : "keys (columns)"}</div>`;
     columns[side].innerHTML = title;
     tokens.forEach((token, i) => {
       const t = document.createElement("div");
       t.className = "av-token";
+      t.tabIndex = 0;
       t.dataset.index = i;
       t.innerHTML = '<span class="av-text"></span><span class="av-weight"></span>';
       t.querySelector(".av-text").textContent = token;
-      t.addEventListener("mouseenter", () => show(side, i));
-      t.addEventListener("mouseleave", () => show(side, null));
+      t.setAttribute("aria-label", `${side} ${i}: ${token}`);
+      for (const on of ["mouseenter", "focus"]) t.addEventListener(on, () => show(side, i));
+      for (const off of ["mouseleave", "blur"]) t.addEventListener(off, () => show(side, null));
+      t.addEventListener("keydown", e => {
+        if (e.key === "ArrowDown") move(side, i, 1, e);
+        if (e.key === "ArrowUp") move(side, i, -1, e);
+      });
       columns[side].appendChild(t);
     });
   }
