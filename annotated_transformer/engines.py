@@ -37,7 +37,7 @@ from annotated_transformer.model import (
     count_parameters,
 )
 from .subwords import SubwordTokenizer
-from .translation import GREEDY, BleuScores, Scored, Search, _tokenize, bleu
+from .translation import GREEDY, Scored, Search, Translator, _tokenize
 
 if TYPE_CHECKING:  # imported on first use: loading the package needs neither
     import ctranslate2
@@ -450,21 +450,10 @@ class ExportedTranslator:
         "The `n` best (target tokens, score) of each sentence, best first, as `Translator.nbest`."
         return _nbest(self, sentences, search, n, progress)
 
-    def translate(
-        self, sentences: Sequence[str], search: Search = GREEDY, progress: bool = False
-    ) -> list[list[str]]:
-        "The target tokens of each sentence's best translation."
-        return [best[0][0] for best in self.nbest(sentences, search, progress=progress)]
-
-    def detokenize(self, tokens: Sequence[str]) -> str:
-        "A translation's text."
-        return self.tgt_tokenizer.detokenize(tokens)
-
-    def bleu(
-        self, sentences: Sequence[str], references: Sequence[str], search: Search = GREEDY
-    ) -> BleuScores:
-        "BLEU of the translations of `sentences` against `references`."
-        return bleu(self.translate(sentences, search), references, self.tgt_tokenizer)
+    # Translator's own: they need only `nbest` and the target tokenizer
+    translate = Translator.translate
+    detokenize = Translator.detokenize
+    bleu = Translator.bleu
 
 # %% ../nbs/19_engines.ipynb #b01ceb75
 def _nbest(

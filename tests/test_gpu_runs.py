@@ -33,11 +33,9 @@ def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
     corpus = write_synthetic_corpus(tmp_path_factory.mktemp("multi30k"))
     out = tmp_path_factory.mktemp("gpu") / "results"
-    os.environ["PYTHONWARNINGS"] = SYNTHETIC_DIFFERS
-    try:
+    with pytest.MonkeyPatch.context() as patch:  # the corpus differs from Multi30k on purpose
+        patch.setenv("PYTHONWARNINGS", SYNTHETIC_DIFFERS)
         done = run(["--dry-run", str(out)], corpus)
-    finally:
-        del os.environ["PYTHONWARNINGS"]
     assert done.returncode == 0, done.stderr[-2000:]
     return out, corpus
 
