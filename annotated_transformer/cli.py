@@ -110,6 +110,7 @@ TRAIN_FLAGS = (
     "src_lang",
     "tgt_lang",
     "train_pairs",
+    "subset_seed",
     "skip_long",
 )  # TrainConfig's fields that flags of the same name set
 
@@ -824,6 +825,12 @@ def _schedule_flags(t: argparse.ArgumentParser) -> None:
         type=_positive,
         metavar="N",
         help="train on N of the training pairs, chosen at random by --seed (default: all)",
+    )
+    t.add_argument(
+        "--subset-seed",
+        type=_seed,
+        metavar="SEED",
+        help="draw --train-pairs' subset by this seed instead (several seeds, one subset)",
     )
     t.add_argument("--epochs", type=_positive, help=f"total epochs (default {defaults.epochs})")
     t.add_argument(

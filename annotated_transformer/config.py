@@ -79,8 +79,10 @@ _RULES = {  # field: (kind, lowest, highest); None: no bound
     "seed": ("whole", 0, 2**32 - 1),
     "vocab_size": ("whole", 261, 1_000_000),  # 4 specials + 256 byte pieces + a character
     "train_pairs": ("whole", 1, None),
+    "subset_seed": ("whole", 0, 2**32 - 1),
 }
-_OPTIONAL = {"max_grad_norm", "vocab_size", "train_pairs"}  # None: off, words, all pairs
+# None: off, words, all pairs, the seed's subset
+_OPTIONAL = {"max_grad_norm", "vocab_size", "train_pairs", "subset_seed"}
 _LANGUAGE = re.compile(r"[a-z]{2,3}")  # Multi30k's (and spaCy's) language codes
 
 
@@ -121,6 +123,7 @@ class TrainConfig:
     tgt_lang: str = "en"
     vocab_size: int | None = None  # subwords: one shared vocabulary of this size; None: words
     train_pairs: int | None = None  # a random subset of this many training pairs; None: all
+    subset_seed: int | None = None  # which subset train_pairs draws; None: the seed's
     skip_long: bool = False  # leave out training pairs longer than the model's max_len
 
     def __post_init__(self):
@@ -146,7 +149,7 @@ class TrainConfig:
 
 # %% ../nbs/13_configuration.ipynb #6975b1b1
 def _check_others(config: TrainConfig) -> None:
-    "Check the fields that are not numbers: the languages, skip_long, the tying of embeddings."
+    "Check the languages, skip_long, and the settings that need another: tying, the subset seed."
     for name in ("src_lang", "tgt_lang"):
         value = getattr(config, name)
         if not (isinstance(value, str) and _LANGUAGE.fullmatch(value)):
@@ -159,6 +162,8 @@ def _check_others(config: TrainConfig) -> None:
         raise ValueError(
             "share_embeddings needs one vocabulary for both languages: set vocab_size (subwords)"
         )
+    if config.subset_seed is not None and config.train_pairs is None:
+        raise ValueError("subset_seed chooses train_pairs' subset: set train_pairs too")
 
 # %% ../nbs/13_configuration.ipynb #b87a9b4d
 PRECISION_NAMES = ("fp32", "bf16", "fp16")  # the multi-GPU chapter's PRECISIONS gives each a dtype

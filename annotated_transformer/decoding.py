@@ -22,7 +22,7 @@ from annotated_transformer.model import (
 )
 
 # %% auto #0
-__all__ = ['greedy_decode', 'Decoder', 'PrefixDecoder', 'CachedDecoder', 'Decodable', 'begin_decoding', 'Hypothesis',
+__all__ = ['greedy_decode', 'Decoder', 'PrefixDecoder', 'KVCache', 'CachedDecoder', 'Decodable', 'begin_decoding', 'Hypothesis',
            'greedy_search', 'length_penalty', 'beam_search']
 
 # %% ../nbs/05_decoding.ipynb #ab7f8f52
@@ -95,66 +95,112 @@ class PrefixDecoder:
         self.memory, self.src_mask, self.ys = self.memory[rows], self.src_mask[rows], self.ys[rows]
 
 # %% ../nbs/05_decoding.ipynb #f9666445
-def _attend(
-    attn: MultiHeadedAttention, x: Tensor, key: Tensor, value: Tensor, mask: Tensor | None
+class KVCache:
+    """One self-attention layer's keys and values of the positions decoded so far, in room
+    allocated ahead; reordering the rows copies only the rows that change."""
+
+    def __init__(self, rows: int, h: int, d_k: int, d_v: int, like: Tensor, room: int = 16):
+        self.keys = like.new_empty(rows, h, room, d_k)  # (B, h, room, d_k)
+        self.values = like.new_empty(rows, h, room, d_v)  # (B, h, room, d_v)
+        self.t = 0  # positions filled
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store the newest position's k (B, h, 1, d_k) and v (B, h, 1, d_v); return the keys
+        (B, h, t, d_k) and values (B, h, t, d_v) of all t positions so far."""
+        if self.t == self.keys.size(2):  # full: twice the room, so a copy only every doubling
+            self.keys = torch.cat([self.keys, torch.empty_like(self.keys)], dim=2)
+            self.values = torch.cat([self.values, torch.empty_like(self.values)], dim=2)
+        self.keys[:, :, self.t] = k[:, :, 0]
+        self.values[:, :, self.t] = v[:, :, 0]
+        self.t += 1
+        return self.keys[:, :, : self.t], self.values[:, :, : self.t]  # views, not copies
+
+    def select(self, rows: Tensor) -> None:
+        "Keep these rows (B',), in this order."
+        if len(rows) != self.keys.size(0):  # rows leave (or are repeated): a cache of the new size
+            self.keys = self.keys.index_select(0, rows)
+            self.values = self.values.index_select(0, rows)
+            return
+        # as many rows: copy only those that take another row's place (in beam search, a beam
+        # that extends itself stays in its row)
+        moved = (rows != torch.arange(len(rows), device=rows.device)).nonzero().squeeze(1)
+        for cache in (self.keys, self.values):
+            filled = cache[:, :, : self.t]  # a view: index_copy_ writes into the cache
+            filled.index_copy_(0, moved, filled.index_select(0, rows[moved]))
+
+# %% ../nbs/05_decoding.ipynb #c7d6dacc
+def _self_attend(attn: MultiHeadedAttention, x: Tensor, cache: KVCache) -> Tensor:
+    "Self-attention of the newest position x (B K, 1, D) to every position so far, kept in `cache`."
+    q = attn.split_heads(attn.w_q(x))  # (B K, h, 1, d_k)
+    k, v = attn.split_heads(attn.w_k(x)), attn.split_heads(attn.w_v(x))
+    keys, values = cache.append(k, v)  # (B K, h, t + 1, d_k), (B K, h, t + 1, d_v)
+    # no mask: the newest position may attend to all; for one query this beats SDPA on a CPU
+    out, _ = attention(q, keys, values)  # (B K, h, 1, d_v)
+    return attn.w_o(out.transpose(1, 2).flatten(2))  # (B K, 1, D)
+
+
+def _source_attend(
+    attn: MultiHeadedAttention,
+    x: Tensor,  # (B K, 1, D): K rows a sentence, its beams
+    keys: Tensor,  # (B, h, S, d_k): the source's, once per sentence
+    values: Tensor,  # (B, h, S, d_v)
+    src_mask: Tensor,  # (B, 1, 1, S)
 ) -> Tensor:
-    "`attn` from queries x (B, 1, D) to per-head keys and values (B, h, L, d_k)."
-    q = attn.split_heads(attn.w_q(x))  # (B, h, 1, d_k)
-    mask = None if mask is None else mask.unsqueeze(1)  # (B, 1, 1, L): the same for every head
-    # (B, h, 1, d_k); for one query this beats SDPA's kernel on a CPU
-    out, _ = attention(q, key, value, mask)
-    return attn.w_o(out.transpose(1, 2).flatten(2))  # (B, 1, D)
+    "Encoder-decoder attention: the K beams of a sentence are K queries of its one source."
+    B = keys.size(0)
+    K = x.size(0) // B
+    q = attn.w_q(x).view(B, K, attn.h, attn.d_k).transpose(1, 2)  # (B, h, K, d_k)
+    out, _ = attention(q, keys, values, src_mask)  # (B, h, K, d_v)
+    return attn.w_o(out.transpose(1, 2).reshape(B * K, 1, -1))  # (B K, 1, D)
 
 # %% ../nbs/05_decoding.ipynb #fe034292
 class CachedDecoder:
     """Decodes one position per step, keeping every layer's self-attention keys and values
-    (incremental decoding)."""
+    (incremental decoding); with `beams=K`, row j * K + b is beam b of sentence j."""
 
-    def __init__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor):
+    def __init__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor, beams: int = 1):
         if model.training:
             raise ValueError("CachedDecoder computes without dropout: call model.eval() first")
-        self.model, self.src_mask, self.t = model, src_mask, 0
+        self.model, self.beams, self.t = model, beams, 0
         layers = model.decoder.layers
-        # encoder-decoder attention's keys and values, once per sentence: (B, h, S, d_k) per layer
-        self.src_k = [layer.src_attn.split_heads(layer.src_attn.w_k(memory)) for layer in layers]
-        self.src_v = [layer.src_attn.split_heads(layer.src_attn.w_v(memory)) for layer in layers]
-        # the self-attention keys and values of the t tokens so far:
-        # (B, h, t, d_k) and (B, h, t, d_v) per layer
+        # encoder-decoder attention's keys and values, once per sentence (not per beam):
+        # (B, h, S, d_k) per layer, made contiguous once instead of copied in every product
+        project = lambda attn, w: attn.split_heads(w(memory)).contiguous()
+        self.src_k = [project(layer.src_attn, layer.src_attn.w_k) for layer in layers]
+        self.src_v = [project(layer.src_attn, layer.src_attn.w_v) for layer in layers]
+        self.src_mask = src_mask.unsqueeze(1)  # (B, 1, 1, S): the same for every head and beam
         attn = layers[0].self_attn
-        self.k = [memory.new_empty(memory.size(0), attn.h, 0, attn.d_k)] * len(layers)
-        self.v = [memory.new_empty(memory.size(0), attn.h, 0, attn.d_v)] * len(layers)
+        rows = memory.size(0) * beams
+        self.caches = [KVCache(rows, attn.h, attn.d_k, attn.d_v, memory) for _ in layers]
 
     def step(self, y: Tensor) -> Tensor:
-        "Newest tokens (B,) -> log-probabilities of the next token (B, V)."
+        "Newest tokens (B K,) -> log-probabilities of the next token (B K, V)."
         if self.t >= self.model.max_len:
             raise ValueError(
                 f"position {self.t} is beyond the positional-encoding table "
                 f"(max_len={self.model.max_len})"
             )
         embed, position = self.model.tgt_embed  # Embeddings, PositionalEncoding
-        # (B, 1, D)
+        # (B K, 1, D)
         x = position.dropout(embed(y.unsqueeze(1)) + position.pe[:, self.t : self.t + 1])
         for i, layer in enumerate(self.model.decoder.layers):
-            x = layer.sublayer[0](x, lambda x: self._self_attend(i, layer.self_attn, x))
-            x = layer.sublayer[1](
-                x, lambda x: _attend(layer.src_attn, x, self.src_k[i], self.src_v[i], self.src_mask)
-            )
+            source = self.src_k[i], self.src_v[i], self.src_mask
+            x = layer.sublayer[0](x, lambda x: _self_attend(layer.self_attn, x, self.caches[i]))
+            x = layer.sublayer[1](x, lambda x: _source_attend(layer.src_attn, x, *source))
             x = layer.sublayer[2](x, layer.feed_forward)
         self.t += 1
-        return self.model.generator(self.model.decoder.norm(x)[:, -1])  # (B, V)
-
-    def _self_attend(self, i: int, attn: MultiHeadedAttention, x: Tensor) -> Tensor:
-        "Append the new position's key and value to layer i's cache, then attend to the full cache."
-        # (B, h, t + 1, d_k)
-        self.k[i] = torch.cat([self.k[i], attn.split_heads(attn.w_k(x))], dim=2)
-        self.v[i] = torch.cat([self.v[i], attn.split_heads(attn.w_v(x))], dim=2)
-        return _attend(attn, x, self.k[i], self.v[i], mask=None)
+        return self.model.generator(self.model.decoder.norm(x)[:, -1])  # (B K, V)
 
     def select(self, rows: Tensor) -> None:
-        "Keep these rows (B',), in this order: every cached tensor follows."
-        self.src_mask = self.src_mask[rows]
-        for cache in (self.src_k, self.src_v, self.k, self.v):
-            cache[:] = [c[rows] for c in cache]
+        """Keep these rows (B' K,), in this order: every cache follows. Rows come K at a time, each
+        group from one sentence (with K = 1, any rows)."""
+        sentences = rows[:: self.beams] // self.beams  # (B',)
+        if not torch.equal(sentences, torch.arange(self.src_mask.size(0), device=rows.device)):
+            self.src_mask = self.src_mask.index_select(0, sentences)
+            for cache in (self.src_k, self.src_v):
+                cache[:] = [c.index_select(0, sentences) for c in cache]
+        for cache in self.caches:
+            cache.select(rows)
 
 # %% ../nbs/05_decoding.ipynb #dc1e0b94
 class Decodable(Protocol):
@@ -170,18 +216,25 @@ def begin_decoding(
     src: Tensor,  # (B, S) source ids
     src_mask: Tensor,  # (B, 1, S); True = a real token
     cached: bool = True,  # for a Transformer: CachedDecoder, else PrefixDecoder
+    beams: int = 1,  # K rows per sentence: row j * K + b is beam b of sentence j
 ) -> Decoder:
     """A decoder for this batch: this chapter's for a Transformer, the model's own `begin_decoding`
     for any other."""
     if isinstance(model, EncoderDecoder):
         memory = model.encode(src, src_mask)  # (B, S, D)
-        return (CachedDecoder if cached else PrefixDecoder)(model, memory, src_mask)
-    if hasattr(model, "begin_decoding"):
-        return model.begin_decoding(src, src_mask)
-    raise TypeError(
-        f"{type(model).__name__} cannot start decoding: it is not an EncoderDecoder "
-        "and has no method begin_decoding(src, src_mask)"
-    )
+        if cached:
+            return CachedDecoder(model, memory, src_mask, beams)
+        decoder = PrefixDecoder(model, memory, src_mask)
+    elif hasattr(model, "begin_decoding"):
+        decoder = model.begin_decoding(src, src_mask)
+    else:
+        raise TypeError(
+            f"{type(model).__name__} cannot start decoding: it is not an EncoderDecoder "
+            "and has no method begin_decoding(src, src_mask)"
+        )
+    if beams > 1:  # each sentence's row, repeated K times
+        decoder.select(torch.arange(src.size(0), device=src.device).repeat_interleave(beams))
+    return decoder
 
 # %% ../nbs/05_decoding.ipynb #557110f4
 def _check_decode_args(
@@ -222,7 +275,7 @@ def _ban(logp: Tensor, banned: Sequence[int]) -> Tensor:
     return logp
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def greedy_search(
     # a Transformer, or any model with begin_decoding(src, src_mask)
     model: EncoderDecoder | Decodable,
@@ -331,7 +384,7 @@ class _SentenceSearch:
         return sorted(self.finished, key=lambda h: -h.score)[: self.K]
 
 # %% ../nbs/05_decoding.ipynb #a070dfa5
-@torch.no_grad()
+@torch.inference_mode()
 def beam_search(
     model: EncoderDecoder | Decodable,  # a Transformer, or a model with begin_decoding
     src: Tensor,  # (B, S) source ids
@@ -355,9 +408,9 @@ def beam_search(
             search.set_aside([], 0.0)
     # the sentences still decoding, K rows each
     alive = [search for search in searches if search.limit > 1]
-    decoder = begin_decoding(model, src, src_mask, cached)
-    first = [i for i, limit in enumerate(limits) if limit > 1]
-    decoder.select(torch.tensor(first, dtype=torch.long, device=device).repeat_interleave(K))
+    decoder = begin_decoding(model, src, src_mask, cached, beams=K)  # K rows a sentence
+    first = [i * K + beam for i, limit in enumerate(limits) if limit > 1 for beam in range(K)]
+    decoder.select(torch.tensor(first, dtype=torch.long, device=device))
     beam_logp = torch.full((len(alive), K), -math.inf, device=device)  # (B', K); row = j * K + beam
     beam_logp[:, 0] = 0.0  # the K start beams are copies: only one may be extended
     y = torch.full((len(alive) * K,), start_symbol, dtype=torch.long, device=device)  # (B' K,)

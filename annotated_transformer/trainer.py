@@ -93,7 +93,8 @@ def load_pairs(
     else:
         pairs, origin = _read_files(files, log)
     if config.train_pairs is not None:
-        pairs = {**pairs, "train": training_subset(pairs["train"], config.train_pairs, config.seed)}
+        draw = config.seed if config.subset_seed is None else config.subset_seed
+        pairs = {**pairs, "train": training_subset(pairs["train"], config.train_pairs, draw)}
     return pairs, origin
 
 # %% ../nbs/07_multi30k.ipynb #6da5d07c

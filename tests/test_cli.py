@@ -59,6 +59,7 @@ BAD_FLAGS = [
     ("train", "--warmup", "0", "expected a whole number at least 1, got 0"),
     ("train", "--seed", "-1", "expected a whole number from 0 to 2**32 - 1, got -1"),
     ("train", "--seed", str(2**32), f"expected a whole number from 0 to 2**32 - 1, got {2**32}"),
+    ("train", "--subset-seed", "-1", "expected a whole number from 0 to 2**32 - 1, got -1"),
     ("train", "--model", "huge", "invalid choice: 'huge' (choose from "),
     ("train", "--src-lang", "German", "expected a language code such as de, en or fr, got"),
     ("translate", "--device", "foo", "'foo' is not a device: use cpu, cuda, cuda:N or mps"),

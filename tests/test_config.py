@@ -106,6 +106,7 @@ BAD_FIELDS = [  # (field, value, the message's middle: what the field must be)
     ("vocab_size", 100, "at least 261 and at most 1,000,000"),
     ("vocab_size", 8000.0, "a whole number"),
     ("train_pairs", 0, "at least 1"),
+    ("subset_seed", -1, "at least 0"),
     ("src_lang", "German", "a language code such as de, en or fr"),
     ("tgt_lang", 5, "a language code such as de, en or fr"),
     ("tgt_lang", "", "a language code such as de, en or fr"),
@@ -136,6 +137,14 @@ def test_the_messages_of_the_documentation() -> None:
     ):
         with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
             TrainConfig(**settings)
+
+
+def test_a_subset_seed_needs_a_subset() -> None:
+    with pytest.raises(
+        ValueError, match="^subset_seed chooses train_pairs' subset: set train_pairs"
+    ):
+        TrainConfig(subset_seed=3)
+    assert TrainConfig(train_pairs=10, subset_seed=3).subset_seed == 3
 
 
 def test_train_config_validation() -> None:
@@ -233,10 +242,11 @@ def test_a_config_file_sets_up_the_run_and_flags_override_it(
     assert from_file.model == ModelConfig(N=1, d_model=32, d_ff=64, h=2, norm_first=True)
     out = tmp_path / "run"
     args = ["--out", str(out), "--data-dir", str(synthetic_corpus), "--config", str(config)]
-    assert main(["train", *args, "--seed", "5", "--max-tokens", "400", "--quiet"]) == 0
+    flags = ["--seed", "5", "--train-pairs", "100", "--subset-seed", "7", "--max-tokens", "400"]
+    assert main(["train", *args, *flags, "--quiet"]) == 0
     stored = load_checkpoint(out / "last.pt").config
-    # --seed beats the file; the rest: the file's, then the defaults (a run's pre-norm)
-    assert stored == replace(from_file, seed=5, max_tokens=400)
+    # the flags beat the file; the rest: the file's, then the defaults (a run's pre-norm)
+    assert stored == replace(from_file, seed=5, train_pairs=100, subset_seed=7, max_tokens=400)
     assert stored.model.dropout == 0.1 and stored.model.norm_first
 
 

@@ -82,12 +82,8 @@ def test_cached_and_prefix_decoders_match_model_decode(norm_first: bool) -> None
         for t in range(8):
             torch.testing.assert_close(cached.step(ys[:, t]), full[:, t], atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(prefix.step(ys[:, t]), full[:, t], atol=1e-5, rtol=1e-5)
-    assert cached.k[0].shape == (
-        src.size(0),
-        4,
-        8,
-        8,
-    )  # (B, h, t, d_k): one cached position per step
+    cache = cached.caches[0]  # (B, h, room, d_k): one cached position per step
+    assert cache.t == 8 and cache.keys[:, :, : cache.t].shape == (src.size(0), 4, 8, 8)
 
 
 def test_the_cache_follows_table3s_narrow_keys_and_learned_positions() -> None:
@@ -105,7 +101,8 @@ def test_the_cache_follows_table3s_narrow_keys_and_learned_positions() -> None:
         cached = CachedDecoder(model, memory, src_mask)
         for t in range(6):
             torch.testing.assert_close(cached.step(ys[:, t]), full[:, t], atol=1e-5, rtol=1e-5)
-    assert (cached.k[0].shape, cached.v[0].shape) == (
+    cache = cached.caches[0]
+    assert (cache.keys[:, :, : cache.t].shape, cache.values[:, :, : cache.t].shape) == (
         (src.size(0), 4, 6, 3),
         (src.size(0), 4, 6, 8),
     )
@@ -129,6 +126,32 @@ def test_select_reorders_every_cached_row() -> None:
         torch.testing.assert_close(
             whole.step(ys[rows, 3]), part.step(ys[rows, 3]), atol=1e-5, rtol=1e-5
         )
+
+
+@pytest.mark.parametrize("K", [1, 3])
+def test_beams_share_their_sentences_source_and_follow_any_reordering(K: int) -> None:
+    """With beams=K the K rows of a sentence attend to one copy of its source: the same numbers as
+    recomputing the prefix of each row from each sentence given K times, through swaps, repeats and
+    sentences leaving."""
+    model = random_model()
+    src, src_mask = random_batch()
+    B = src.size(0)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        beams = CachedDecoder(model, memory, src_mask, beams=K)
+        repeated = PrefixDecoder(
+            model, memory.repeat_interleave(K, 0), src_mask.repeat_interleave(K, 0)
+        )
+        for t, alive in enumerate([B, B, B - 1, B - 1, 1]):
+            y = torch.randint(3, 13, (alive * K,), generator=g)
+            torch.testing.assert_close(beams.step(y), repeated.step(y), atol=1e-5, rtol=1e-5)
+            # the next sentences: all in reverse order after step 0, all but the first after
+            # step 1, one after step 3; beams drawn with repeats from their own sentence's rows
+            keep = {0: range(B - 1, -1, -1), 1: range(1, B), 3: [1]}.get(t, range(alive))
+            rows = torch.cat([j * K + torch.randint(0, K, (K,), generator=g) for j in keep])
+            beams.select(rows), repeated.select(rows)
+    assert beams.src_k[0].size(0) == 1 and beams.caches[0].keys.size(0) == K
 
 
 def test_cached_decoder_refuses_positions_past_the_table() -> None:

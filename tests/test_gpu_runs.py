@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from annotated_transformer.checkpoint import load_checkpoint
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tools" / "gpu_runs.sh"
 
@@ -58,8 +60,8 @@ def test_every_step_writes_its_results(dry_run: tuple[Path, Path]) -> None:
     words = json.loads((out / "multi30k-words-fast-test2016-greedy.json").read_text())
     assert subwords["parameters"] != words["parameters"]  # one shared vocabulary against two
     for row in ("base", "E"):
-        assert json.loads((out / "table3" / f"{row}-val-beam4.json").read_text())["beam"] == 4
-        assert (out / "table3" / f"{row}-history.json").is_file()
+        assert json.loads((out / "table3" / f"{row}-seed0-val-beam4.json").read_text())["beam"] == 4
+        assert (out / "table3" / f"{row}-seed0-history.json").is_file()
 
 
 def test_a_second_call_skips_the_rows_already_done(dry_run: tuple[Path, Path]) -> None:
@@ -78,7 +80,51 @@ def test_a_second_call_skips_the_rows_already_done(dry_run: tuple[Path, Path]) -
         env={**env, "MULTI30K_DIR": str(corpus)},
         timeout=600,
     )
-    assert again.returncode == 0 and "== row base: done" in again.stdout
+    assert again.returncode == 0 and "== base, seed 0: done" in again.stdout
+
+
+def test_table3_at_cpu_scale_trains_each_row_with_each_seed_on_one_subset(tmp_path: Path) -> None:
+    from conftest import SYNTHETIC_DIFFERS, write_synthetic_corpus
+
+    corpus = write_synthetic_corpus(tmp_path / "multi30k")
+    results = tmp_path / "results"
+    settings = dict(SCALE="cpu", ROWS="base D3", SEEDS="0 1", EPOCHS="1", SUBSET="100", JOBS="2")
+    env = {
+        **os.environ,
+        **settings,
+        "TRAIN_ARGS": "--max-tokens 500",
+        "RUNS_DIR": str(tmp_path / "runs"),
+        "RESULTS_DIR": str(results),
+        "MULTI30K_DIR": str(corpus),
+        "PYTHONWARNINGS": SYNTHETIC_DIFFERS,
+    }
+    script = ["bash", str(ROOT / "tools" / "table3_runs.sh")]
+    done = subprocess.run(script, capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert 'SCALE=cpu EPOCHS=1 SEEDS="0 1" JOBS=2' in (results / "machine.txt").read_text()
+    configs = {}
+    for row in ("base", "D3"):
+        for seed in (0, 1):
+            scores = json.loads((results / f"{row}-seed{seed}-val-beam4.json").read_text())
+            assert scores["beam"] == 4 and 0 <= scores["score"] <= 100
+            assert len(json.loads((results / f"{row}-seed{seed}-history.json").read_text())) == 1
+            ckpt = load_checkpoint(tmp_path / "runs" / f"{row}-seed{seed}" / "last.pt")
+            configs[row, seed] = ckpt.config
+            # one subset for every seed: the vocabularies, made from it, are the same
+            assert (
+                ckpt.src_vocab.itos
+                == load_checkpoint(tmp_path / "runs" / "base-seed0" / "last.pt").src_vocab.itos
+            )
+    base = configs["base", 0]
+    assert (base.train_pairs, base.subset_seed, base.model.d_model, base.model.N) == (
+        100,
+        0,
+        128,
+        2,
+    )
+    assert (configs["base", 1].seed, configs["D3", 1].smoothing, base.smoothing) == (1, 0.0, 0.1)
+    again = subprocess.run(script, capture_output=True, text=True, env=env, timeout=300)
+    assert again.stdout.count(": done (") == 4  # a second call skips every finished run
 
 
 @pytest.mark.parametrize(
@@ -98,4 +144,20 @@ def test_it_refuses_what_it_cannot_do_in_one_line(
         pytest.skip("a GPU is here: the real run would start")
     done = run(args, tmp_path)
     assert done.returncode != 0 and message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [({"SCALE": "huge"}, "unknown SCALE 'huge'"), ({"ROWS": "base Z9"}, "unknown row 'Z9'")],
+)
+def test_table3_refuses_an_unknown_scale_or_row_in_one_line(settings: dict, message: str) -> None:
+    done = subprocess.run(
+        ["bash", str(ROOT / "tools" / "table3_runs.sh")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **settings},
+        timeout=60,
+    )
+    assert done.returncode == 2 and message in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1

@@ -191,6 +191,10 @@ def test_a_training_subset_is_drawn_by_the_seed_in_the_original_order(pairs: dic
     config = replace(SMALL, train_pairs=50, seed=3)
     loaded, _ = load_pairs(config, None, None, pairs, nothing)
     assert loaded == {"train": subset, "val": pairs["val"]}  # validation: all of it
+    # subset_seed draws the subset instead: runs of other seeds train on the same pairs
+    for seed in (0, 1):
+        shared = replace(SMALL, train_pairs=50, seed=seed, subset_seed=3)
+        assert load_pairs(shared, None, None, pairs, nothing)[0]["train"] == subset
 
 
 def test_a_run_on_a_subset_trains_and_resumes_on_that_subset(pairs: dict, tmp_path: Path) -> None:
