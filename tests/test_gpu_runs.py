@@ -88,7 +88,7 @@ def test_table3_at_cpu_scale_trains_each_row_with_each_seed_on_one_subset(tmp_pa
 
     corpus = write_synthetic_corpus(tmp_path / "multi30k")
     results = tmp_path / "results"
-    settings = dict(SCALE="cpu", ROWS="base D3", SEEDS="0 1", EPOCHS="1", SUBSET="100", JOBS="2")
+    settings = dict(SCALE="cpu", ROWS="base A1 D3", SEEDS="0 1", EPOCHS="1", SUBSET="100", JOBS="2")
     env = {
         **os.environ,
         **settings,
@@ -103,7 +103,7 @@ def test_table3_at_cpu_scale_trains_each_row_with_each_seed_on_one_subset(tmp_pa
     assert done.returncode == 0, done.stderr[-2000:]
     assert 'SCALE=cpu EPOCHS=1 SEEDS="0 1" JOBS=2' in (results / "machine.txt").read_text()
     configs = {}
-    for row in ("base", "D3"):
+    for row in ("base", "A1", "D3"):
         for seed in (0, 1):
             scores = json.loads((results / f"{row}-seed{seed}-val-beam4.json").read_text())
             assert scores["beam"] == 4 and 0 <= scores["score"] <= 100
@@ -123,8 +123,11 @@ def test_table3_at_cpu_scale_trains_each_row_with_each_seed_on_one_subset(tmp_pa
         2,
     )
     assert (configs["base", 1].seed, configs["D3", 1].smoothing, base.smoothing) == (1, 0.0, 0.1)
+    one_head = configs["A1", 0].model  # the row's change on the CPU model's sizes
+    assert (one_head.h, one_head.N, one_head.d_model, one_head.d_ff) == (1, 2, 128, 512)
+    assert configs["D3", 0].model == base.model and base.model.h == 4
     again = subprocess.run(script, capture_output=True, text=True, env=env, timeout=300)
-    assert again.stdout.count(": done (") == 4  # a second call skips every finished run
+    assert again.stdout.count(": done (") == 6  # a second call skips every finished run
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 from pathlib import Path
 
@@ -67,6 +68,8 @@ def main() -> None:
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}",
         "epochs": ckpt.epoch,
         "training_hours": round(sum(h["seconds"] for h in ckpt.history) / 3600, 2),
+        # robust to a pause (a run stopped while the machine measured something else)
+        "median_epoch_seconds": round(statistics.median(h["seconds"] for h in ckpt.history)),
         "vocabularies": [len(ckpt.src_vocab), len(ckpt.tgt_vocab)],
         "test2016_sentences": len(sources),
         "unknown_sentences": unknown_sentences(ckpt, sources),

@@ -35,6 +35,7 @@ case $SCALE in
       [big]=$'d_model = 512\nd_ff = 2048\nh = 16\ndropout = 0.3'
     )
     defaults=(EPOCHS=20 SEEDS=0 JOBS=1 RUNS_DIR=runs/table3 RESULTS_DIR=results/gpu/table3)
+    BASE=""  # a configuration file's model is the Multi30k model unless it says otherwise
     scale_args=()
     ;;
   cpu)
@@ -48,8 +49,8 @@ case $SCALE in
     )
     defaults=(EPOCHS=8 SEEDS="0 1" JOBS=2 SUBSET=10000 RUNS_DIR=runs/table3-cpu
               RESULTS_DIR=results/table3-cpu)
-    scale_args=(--model small --train-pairs "${SUBSET:-10000}" --subset-seed 0 --max-tokens 2048
-                --warmup 200)
+    BASE=$'N = 2\nd_model = 128\nd_ff = 512\nh = 4'  # the CPU model (--model small)
+    scale_args=(--train-pairs "${SUBSET:-10000}" --subset-seed 0 --max-tokens 2048 --warmup 200)
     ;;
   *)
     echo "tools/table3_runs.sh: unknown SCALE '$SCALE' (full or cpu)" >&2
@@ -65,6 +66,15 @@ for setting in "${defaults[@]}"; do  # the scale's default, where the caller set
 done
 ROWS=${ROWS:-"base A1 A2 A3 A4 B1 B2 C1 C2 C3 C4 C5 C6 C7 D1 D2 D3 D4 E big"}
 export SCALE ROWS
+
+# A row's model settings: its own, then the base model's for the sizes it leaves alone.
+model_settings() {
+  local line
+  printf '%s\n' "${MODEL[$1]}"
+  while IFS= read -r line; do
+    [ -z "$line" ] || grep -q "^${line%% =*} =" <<< "${MODEL[$1]}" || printf '%s\n' "$line"
+  done <<< "$BASE"
+}
 
 # One run: train ROW with SEED (or resume it), then score it on val with beam 4.
 run_one() {
@@ -83,7 +93,7 @@ run_one() {
   else
     local config
     config=$(mktemp --suffix .toml)
-    printf '%s\n[model]\n%s\n' "${TOP[$row]:-}" "${MODEL[$row]}" > "$config"
+    printf '%s\n[model]\n%s\n' "${TOP[$row]:-}" "$(model_settings "$row")" > "$config"
     annotated-transformer train --out "$out" --config "$config" --epochs "$EPOCHS" \
       --seed "$seed" "${scale_args[@]}" --quiet "${train_args[@]}"
     rm -f "$config"
