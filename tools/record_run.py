@@ -1,6 +1,7 @@
 """Record a finished Multi30k run for the Multi30k chapter: its test2016 BLEU (greedy, beam 4, and
 beam 4 over the average of the last five epochs, the paper's recipe), how many test sentences hold
-a token its vocabulary does not know, its training history, and where and how it was made.
+a token its vocabulary does not know, its parameters and training history, and where and how it
+was made.
 
     python tools/record_run.py runs/subwords-8000 --what "annotated-transformer train \\
         --out runs/subwords-8000 --vocab-size 8000" --out results/section51/subwords.json
@@ -22,6 +23,7 @@ import torch
 
 from annotated_transformer.checkpoint import RunCheckpoint, average_last, load_checkpoint
 from annotated_transformer.data import load_multi30k
+from annotated_transformer.model import count_parameters
 from annotated_transformer.translation import Search, Translator
 
 PAPER_AVERAGE = 5  # §6.1: the average of the last 5 checkpoints
@@ -71,6 +73,7 @@ def main() -> None:
         # robust to a pause (a run stopped while the machine measured something else)
         "median_epoch_seconds": round(statistics.median(h["seconds"] for h in ckpt.history)),
         "vocabularies": [len(ckpt.src_vocab), len(ckpt.tgt_vocab)],
+        "parameters": count_parameters(Translator.from_checkpoint(args.run / "last.pt").model),
         "test2016_sentences": len(sources),
         "unknown_sentences": unknown_sentences(ckpt, sources),
         "test2016": {k: round(s, 2) for k, s in scores(args.run, sources, references).items()},
