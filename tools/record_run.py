@@ -36,9 +36,8 @@ def unknown_sentences(ckpt: RunCheckpoint, sources: list[str]) -> int:
     return sum(unk in ckpt.src_vocab.encode(t) for t in tokens)
 
 
-def scores(run: Path, sources: list[str], references: list[str]) -> dict[str, float]:
+def scores(last: Translator, run: Path, sources: list[str], references: list[str]) -> dict:
     "test2016 sacreBLEU of the run's last epoch, greedy and beam 4, and of its averaged weights."
-    last = Translator.from_checkpoint(run / "last.pt")
     averaged = Translator.from_checkpoint(average_last(run / "last.pt", PAPER_AVERAGE))
     beam = Search(beam_size=4, alpha=0.6)
     return {
@@ -63,8 +62,11 @@ def main() -> None:
     if args.out.exists() and not args.overwrite:
         sys.exit(f"{args.out} exists: --overwrite to replace it")
     ckpt = load_checkpoint(args.run / "last.pt")
+    if ckpt.epoch < PAPER_AVERAGE:
+        sys.exit(f"{args.run}: {ckpt.epoch} epochs, fewer than the {PAPER_AVERAGE} to average")
     pairs = load_multi30k("test2016", args.data_dir)
     sources, references = [de for de, _ in pairs], [en for _, en in pairs]
+    last = Translator.from_checkpoint(ckpt)
     record = {
         "what": args.what,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}",
@@ -73,10 +75,12 @@ def main() -> None:
         # robust to a pause (a run stopped while the machine measured something else)
         "median_epoch_seconds": round(statistics.median(h["seconds"] for h in ckpt.history)),
         "vocabularies": [len(ckpt.src_vocab), len(ckpt.tgt_vocab)],
-        "parameters": count_parameters(Translator.from_checkpoint(args.run / "last.pt").model),
+        "parameters": count_parameters(last.model),
         "test2016_sentences": len(sources),
         "unknown_sentences": unknown_sentences(ckpt, sources),
-        "test2016": {k: round(s, 2) for k, s in scores(args.run, sources, references).items()},
+        "test2016": {
+            k: round(s, 2) for k, s in scores(last, args.run, sources, references).items()
+        },
         "history": ckpt.history,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -49,7 +49,10 @@ case $SCALE in
     )
     defaults=(EPOCHS=8 SEEDS="0 1" JOBS=2 SUBSET=10000 RUNS_DIR=runs/table3-cpu
               RESULTS_DIR=results/table3-cpu)
-    BASE=$'N = 2\nd_model = 128\nd_ff = 512\nh = 4'  # the CPU model (--model small)
+    # the CPU model: the sizes of PRESETS["small"] (--model small)
+    BASE=$(python -c 'from annotated_transformer.config import PRESETS
+m = PRESETS["small"]
+print(f"N = {m.N}\nd_model = {m.d_model}\nd_ff = {m.d_ff}\nh = {m.h}")')
     scale_args=(--train-pairs "${SUBSET:-10000}" --subset-seed 0 --max-tokens 2048 --warmup 200)
     ;;
   *)
