@@ -4,22 +4,22 @@ The package, module by module, with the chapter that explains each and its main 
 modules are listed in their layering order: each imports only from the modules above it in this list,
 which is the one place the order is written (a test reads it from here).
 
-- `annotated_transformer.model` (the model): `make_model`, `ModelConfig`, `EncoderDecoder`, `attention_weights`, `count_parameters`
-- `annotated_transformer.batching` (batches and masks): `Batch`, `TokenBatchSampler`, `make_loader`
-- `annotated_transformer.training` (the training loop and the schedule): `run_epoch`, `rate`, `noam_optimizer`, `TrainState`
-- `annotated_transformer.losses` (label smoothing): `LabelSmoothing`, `FusedLabelSmoothing`, `sequence_loss`
-- `annotated_transformer.decoding` (decoding): `greedy_decode` (the version to read), `greedy_search`, `beam_search`, `Decoder`
+- `annotated_transformer.model` (the model; its checks in configuration, `attention_weights` in attention figures): `make_model`, `ModelConfig`, `EncoderDecoder`, `attention_weights`, `count_parameters`
+- `annotated_transformer.batching` (batches and masks; bucketing in data): `Batch`, `TokenBatchSampler`, `make_loader`
+- `annotated_transformer.training` (the training loop and the schedule; the epoch at scale in the trainer): `run_epoch` (the version to read), `train_epoch`, `rate`, `noam_optimizer`, `TrainState`
+- `annotated_transformer.losses` (label smoothing; the fused loss in the trainer): `LabelSmoothing`, `FusedLabelSmoothing`, `sequence_loss`
+- `annotated_transformer.decoding` (decoding; the cache and batched searches in fast decoding): `greedy_decode` and `beam_decode` (the versions to read), `greedy_search`, `beam_search`, `Decoder`
 - `annotated_transformer.recurrent` (the recurrent systems): `RecurrentConfig`, `RecurrentEncoderDecoder`
 - `annotated_transformer.config` (configuration): `PRESETS`, `preset`, `TrainConfig`, `RuntimeOptions`, `resolve_config`
 - `annotated_transformer.data` (data): `load_multi30k`, `read_parallel`, `Tokenizer`, `SpacyTokenizer`, `Vocab`
 - `annotated_transformer.subwords` (subwords): `SubwordTokenizer`, `shared_vocab`, `learn_bpe`, `apply_bpe`
 - `annotated_transformer.checkpoint` (checkpoints): `RunCheckpoint`, `save_checkpoint`, `load_checkpoint`, `average_last`
-- `annotated_transformer.translation` (from a model to translations): `Translator`, `Search`, `bleu`, `AttentionMaps`
-- `annotated_transformer.engines` (serving: export to CTranslate2): `export_model`, `ExportedTranslator`, `is_exported`
+- `annotated_transformer.translation` (from a model to translations; its internals in fast decoding): `Translator`, `Search`, `bleu`, `AttentionMaps`
+- `annotated_transformer.engines` (fast decoding, and serving with CTranslate2): `export_model`, `ExportedTranslator`, `is_exported`
 - `annotated_transformer.distributed` (many GPUs): `setup_distributed`, `wrap_for_training`, `model_flops_utilization`
 - `annotated_transformer.runs` (run folders): `claim_run_folder`, `save_epoch`
-- `annotated_transformer.trainer` (training on Multi30k): `train`, and the steps it is made of
-- `annotated_transformer.visualization` (what the model attends to): `plot_attention`, `plot_sentence`, `AttentionView`
+- `annotated_transformer.trainer` (the trainer): `train`, and the steps it is made of
+- `annotated_transformer.visualization` (what the model attends to; figures and the view in attention figures): `head_measures`, `plot_attention`, `plot_sentence`, `AttentionView`
 - `annotated_transformer._chapters` (hand-written, private): what the notebooks share to run their chapters
 - `annotated_transformer._diagrams` (hand-written, private): the book's figures, drawn as SVG
 - `annotated_transformer.cli` (hand-written): the console command `annotated-transformer`
@@ -30,10 +30,11 @@ Modules:
 - `annotated_transformer.cli`: The console command `annotated-transformer`: train, evaluate and translate, on Multi30k or your own parallel text.
 - `annotated_transformer.config`: A run's settings in one place: the named model sizes, the training configuration with every field checked by type and range, the options that are not stored, and how the settings of a run are resolved from defaults, a config file, command-line flags and, on a resume, its checkpoint.
 - `annotated_transformer.data`: Multi30k from the raw files (download, cache and verify) or your own line-aligned files; tokenizers for words, behind one small interface; vocabularies; sentences as ids.
-- `annotated_transformer.engines`: From a trained checkpoint to a fast translator anywhere: the model written as a CTranslate2 model folder (with int8 weights if asked), served by the same command line and Python interface, and our own decoder measured against the engine.
+- `annotated_transformer.decoding`: Section 6.1 of "Attention Is All You Need": greedy decoding, why it is not enough, the length penalty and beam search, each written to be read and checked.
+- `annotated_transformer.engines`: Translation made fast: our own decoder with a key/value cache and batched greedy and beam search; then the model written as a CTranslate2 model folder (with int8 weights if asked), served by the same command line and Python interface, and the two engines measured against each other.
 - `annotated_transformer.runs`: A training run's folder: one writer at a time, no run replaced before its successor can start, no file written through a link, and files written so that an interruption never leaves a half-written one behind, nor debris that the next start does not clean.
-- `annotated_transformer.trainer`: Train the Transformer on Multi30k, from the sentence pairs to a checkpoint per epoch, in small steps; then translate the test set and score it with BLEU the way the field does.
-- `annotated_transformer.translation`: Text in, text out: a `Translator` holds a trained model with its vocabularies and tokenizers, searches for translations in batches, scores them with BLEU the way the field does, and shows what the model attends to for a sentence.
-- `annotated_transformer.visualization`: Attention heatmaps for every layer and head of a trained model (encoder self-attention, decoder self-attention and decoder source attention, with the tokens on the right axes), what its heads do, measured, and an interactive view in which pointing at a token shows what it attends to."""
+- `annotated_transformer.trainer`: The engine behind the training chapters of Part I: the epoch at scale, the label-smoothed loss without its log-probabilities, and the trainer's steps from sentence pairs to a checkpoint per epoch.
+- `annotated_transformer.translation`: Text in, text out: how to search, BLEU defined and computed, and a `Translator` that holds a trained model with its vocabularies and tokenizers, translates sentences and scores them.
+- `annotated_transformer.visualization`: Attention heatmaps of a trained model for every kind of attention, what its heads do, measured over the validation set, and an interactive view in which pointing at a token shows what it attends to."""
 
 __version__ = "0.3.0"

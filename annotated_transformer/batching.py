@@ -1,4 +1,4 @@
-"""Section 5.1 of "Attention Is All You Need": sentence pairs as padded batches of about the same length, the masks that hide padding and the future, and loaders that cut a corpus into batches of a token budget.
+"""Section 5.1 of "Attention Is All You Need": sentence pairs as padded batches, the masks that hide padding and the future, and the copy task's batches.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/batching.html.md"""
 
@@ -7,19 +7,16 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/batching.htm
 # %% ../nbs/02_batching.ipynb #95114b27
 from __future__ import annotations
 
-import random
-from collections.abc import Iterator, Sequence
-from functools import partial
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
-from torch.utils.data import DataLoader, Sampler
 
 from .model import subsequent_mask
 
 # %% auto #0
-__all__ = ['Batch', 'cut_batches', 'TokenBatchSampler', 'collate', 'make_loader', 'copy_task_batches']
+__all__ = ['Batch', 'collate', 'copy_task_batches', 'cut_batches', 'TokenBatchSampler', 'make_loader']
 
 # %% ../nbs/02_batching.ipynb #5b0f3f24
 class Batch:
@@ -69,7 +66,35 @@ class Batch:
                 setattr(self, name, value.to(device, non_blocking=True))
         return self
 
-# %% ../nbs/02_batching.ipynb #17aa3884
+# %% ../nbs/02_batching.ipynb #0921770c
+def collate(pairs: list[tuple[Tensor, Tensor]], pad: int) -> Batch:
+    "Right-pad a list of (src, tgt) id tensors into a `Batch`."
+    src = pad_sequence([s for s, _ in pairs], batch_first=True, padding_value=pad)  # (B, S)
+    tgt = pad_sequence([t for _, t in pairs], batch_first=True, padding_value=pad)  # (B, T + 1)
+    return Batch(src, tgt, pad=pad)
+
+# %% ../nbs/02_batching.ipynb #2d188e5f
+def copy_task_batches(
+    V: int,  # vocabulary size: 0 is padding, 1 the start symbol, 2..V-1 content
+    batch_size: int,
+    n_batches: int,
+    seq_len: int = 10,  # start symbol included
+    rng: torch.Generator | None = None,  # the random source; None uses torch's global one
+) -> Iterator[Batch]:
+    "Batches of random sequences whose target is the source itself (the copy task)."
+    for _ in range(n_batches):
+        data = torch.randint(2, V, (batch_size, seq_len), generator=rng)
+        data[:, 0] = 1
+        yield Batch(data, data.clone(), pad=0)
+
+# %% ../nbs/11_data.ipynb #c1263401
+import random
+from collections.abc import Iterator, Sequence
+from functools import partial
+
+from torch.utils.data import DataLoader, Sampler
+
+# %% ../nbs/11_data.ipynb #17aa3884
 def cut_batches(
     order: Sequence[int],  # example indices, sorted by length
     lengths: Sequence[int],  # each example's padded length
@@ -87,7 +112,7 @@ def cut_batches(
     batches.append(current)
     return batches
 
-# %% ../nbs/02_batching.ipynb #a053b806
+# %% ../nbs/11_data.ipynb #a053b806
 class TokenBatchSampler(Sampler[list[int]]):
     "Batches of example indices of similar length, each about `max_tokens` padded tokens (§5.1)."
 
@@ -138,14 +163,7 @@ class TokenBatchSampler(Sampler[list[int]]):
     def __len__(self) -> int:
         return len(self.all_batches()) // self.num_replicas
 
-# %% ../nbs/02_batching.ipynb #b9f7d85d
-def collate(pairs: list[tuple[Tensor, Tensor]], pad: int) -> Batch:
-    "Right-pad a list of (src, tgt) id tensors into a `Batch`."
-    src = pad_sequence([s for s, _ in pairs], batch_first=True, padding_value=pad)  # (B, S)
-    tgt = pad_sequence([t for _, t in pairs], batch_first=True, padding_value=pad)  # (B, T + 1)
-    return Batch(src, tgt, pad=pad)
-
-
+# %% ../nbs/11_data.ipynb #2ce935a4
 def make_loader(
     pairs: Sequence[tuple[Tensor, Tensor]],  # (source ids, target ids), <s> and </s> included
     pad: int,  # the padding id (the same in both vocabularies)
@@ -159,17 +177,3 @@ def make_loader(
     lengths = [max(len(src), len(tgt)) for src, tgt in pairs]  # each pair's padded length
     sampler = TokenBatchSampler(lengths, max_tokens, shuffle, seed, num_replicas, rank)
     return DataLoader(pairs, batch_sampler=sampler, collate_fn=partial(collate, pad=pad))
-
-# %% ../nbs/02_batching.ipynb #2d188e5f
-def copy_task_batches(
-    V: int,  # vocabulary size: 0 is padding, 1 the start symbol, 2..V-1 content
-    batch_size: int,
-    n_batches: int,
-    seq_len: int = 10,  # start symbol included
-    rng: torch.Generator | None = None,  # the random source; None uses torch's global one
-) -> Iterator[Batch]:
-    "Batches of random sequences whose target is the source itself (the copy task)."
-    for _ in range(n_batches):
-        data = torch.randint(2, V, (batch_size, seq_len), generator=rng)
-        data[:, 0] = 1
-        yield Batch(data, data.clone(), pad=0)

@@ -29,8 +29,17 @@ from .subwords import SubwordTokenizer
 from .training import TrainState
 
 # %% auto #0
-__all__ = ['CHECKPOINT_FORMAT', 'REQUIRED', 'ResumeState', 'RunCheckpoint', 'save_checkpoint', 'torch_load_safely',
-           'load_checkpoint', 'rng_state', 'set_rng_state', 'average_checkpoints', 'average_last']
+__all__ = ['CHECKPOINT_FORMAT', 'REQUIRED', 'train_state_from_dict', 'ResumeState', 'RunCheckpoint', 'save_checkpoint',
+           'torch_load_safely', 'load_checkpoint', 'rng_state', 'set_rng_state', 'average_checkpoints', 'average_last']
+
+# %% ../nbs/14_checkpoints.ipynb #9e8110b6
+def train_state_from_dict(d: dict) -> TrainState:
+    "The counts saved as `asdict(state)`; also from version 0.1, which named two differently."
+    renamed = {"step": "batches", "accum_step": "optimizer_steps"}  # version 0.1's names
+    counts = {renamed.get(name, name): value for name, value in d.items()}
+    if len(counts) < len(d):
+        raise ValueError(f"both the old and the new name of a count in {sorted(d)}")
+    return TrainState(**counts)
 
 # %% ../nbs/14_checkpoints.ipynb #2084da85
 CHECKPOINT_FORMAT = 1  # bump when the layout changes; RunCheckpoint.from_dict reads the older ones
@@ -60,7 +69,7 @@ class ResumeState:
     def from_dict(cls, d: dict) -> ResumeState:
         "The state `to_dict` wrote; version 0.1's one random state (a dict) becomes a list of one."
         rng = d["rng"] if isinstance(d["rng"], list) else [d["rng"]]
-        counts = TrainState.from_dict(d["train_state"])
+        counts = train_state_from_dict(d["train_state"])
         return cls(d["optimizer"], d["scheduler"], counts, rng, d.get("scaler"))
 
 # %% ../nbs/14_checkpoints.ipynb #a81c079e

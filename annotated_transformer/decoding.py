@@ -1,4 +1,5 @@
-"""Section 6.1 of "Attention Is All You Need" done properly: incremental decoding with a key/value cache, batched greedy search, and beam search with a length penalty.
+"""Section 6.1 of "Attention Is All You Need": greedy decoding, why it is not enough, the length
+penalty and beam search, each written to be read and checked.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/decoding.html.md"""
 
@@ -8,59 +9,112 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/decoding.htm
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from annotated_transformer.model import (
-    EncoderDecoder,
-    MultiHeadedAttention,
-    attention,
-    subsequent_mask,
-)
+from .model import EncoderDecoder, subsequent_mask
 
 # %% auto #0
-__all__ = ['greedy_decode', 'Decoder', 'PrefixDecoder', 'KVCache', 'CachedDecoder', 'Decodable', 'begin_decoding', 'Hypothesis',
-           'greedy_search', 'length_penalty', 'beam_search']
+__all__ = ['greedy_decode', 'length_penalty', 'Hypothesis', 'beam_decode', 'Decoder', 'PrefixDecoder', 'KVCache', 'CachedDecoder', 'Decodable', 'begin_decoding', 'greedy_search', 'beam_search']
 
 # %% ../nbs/05_decoding.ipynb #ab7f8f52
 @torch.no_grad()
 def greedy_decode(
     model: EncoderDecoder,
     src: Tensor,  # (B, S) source ids
-    src_mask: Tensor,  # (B, 1, S)
+    src_mask: Tensor,  # (B, 1, S); True = a real token
     max_len: int,  # longest output, start symbol included
     start_symbol: int,
-    end_symbol: int | None = None,  # stop a row once it produces this
-    pad: int | None = None,  # the padding id: never the start symbol; fills rows that have ended
+    end_symbol: int | None = None,  # stop once every row has produced it
+    pad: int | None = None,  # the padding id, refused as the start symbol
 ) -> Tensor:
-    """Greedy decoding, the version to read: ids (B, <= max_len) from `start_symbol`; the library
-    uses `greedy_search` (this chapter)."""
-    if pad is not None and start_symbol == pad:
+    "The most probable token at each step: ids (B, <= max_len) from `start_symbol`."
+    if start_symbol == pad:
         raise ValueError(
-            f"start_symbol={start_symbol} is the padding id: the decoder would see no input"
+            f"start_symbol={start_symbol} is the padding id: the decoder sees no input"
         )
-    if max_len < 1:
-        raise ValueError(f"max_len must be at least 1, got {max_len}")
     memory = model.encode(src, src_mask)  # (B, S, D)
     ys = torch.full((src.size(0), 1), start_symbol, dtype=src.dtype, device=src.device)  # (B, 1)
-    done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)  # (B,)
-    filler = end_symbol if pad is None else pad
     for _ in range(max_len - 1):
-        # (B, t, D)
-        out = model.decode(memory, src_mask, ys, subsequent_mask(ys.size(1)).to(src.device))
-        next_word = model.generator(out[:, -1]).argmax(dim=-1)  # (B,)
-        if end_symbol is not None:
-            next_word = next_word.masked_fill(done, filler)
-            done |= next_word == end_symbol
+        tgt_mask = subsequent_mask(ys.size(1)).to(src.device)  # (1, t, t)
+        out = model.decode(memory, src_mask, ys, tgt_mask)  # (B, t, D)
+        next_word = model.generator(out[:, -1]).argmax(dim=-1)  # (B,): the most probable
         ys = torch.cat([ys, next_word.unsqueeze(1)], dim=1)  # (B, t + 1)
-        if done.all():
-            break
+        if end_symbol is not None and (ys == end_symbol).any(dim=1).all():
+            break  # every row has ended
     return ys
 
-# %% ../nbs/05_decoding.ipynb #5d6be7dc
+# %% ../nbs/05_decoding.ipynb #d43b6327
+def length_penalty(
+    # |Y|, the generated tokens (end symbol included); a tensor of them gives a tensor
+    length: int | Tensor,
+    alpha: float,  # finite and at least 0; 0 gives 1
+) -> float | Tensor:
+    "GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha; scores are divided by it."
+    if not (math.isfinite(alpha) and alpha >= 0):
+        raise ValueError(f"alpha must be a finite number at least 0, got {alpha}")
+    try:
+        return ((5 + length) / 6) ** alpha
+    except OverflowError:  # a Python float; a tensor overflows to inf instead
+        raise ValueError(
+            f"alpha={alpha} is too large: the length penalty of {length} tokens overflows a float"
+        ) from None
+
+# %% ../nbs/05_decoding.ipynb #48b51bcf
+class Hypothesis(NamedTuple):
+    """One output of a search: its tokens (no start symbol) and its score (greedy: log-probability;
+    beam: log-probability / lp)."""
+
+    tokens: list[int]
+    score: float
+
+# %% ../nbs/05_decoding.ipynb #b7a1c0de
+@torch.no_grad()
+def beam_decode(
+    model: EncoderDecoder,
+    src: Tensor,  # (1, S): one sentence
+    src_mask: Tensor,  # (1, 1, S)
+    max_len: int,  # longest output, start symbol included
+    start_symbol: int,
+    end_symbol: int,
+    beam_size: int = 4,  # K; the paper uses 4
+    alpha: float = 0.6,  # the length penalty's; the paper uses 0.6
+) -> list[Hypothesis]:
+    "Beam search for one sentence, written to be read: its best hypotheses (at most K), best first."
+    K, device = beam_size, src.device
+    memory = model.encode(src, src_mask)  # (1, S, D)
+    beams = [([], 0.0)]  # (tokens after the start symbol, log-probability)
+    finished = []
+    score = lambda tokens, logp: Hypothesis(tokens, logp / length_penalty(len(tokens), alpha))
+    for t in range(1, max_len):  # t tokens fed so far
+        n = len(beams)
+        ys = torch.tensor([[start_symbol, *tokens] for tokens, _ in beams], device=device)  # (n, t)
+        mask = subsequent_mask(t).to(device)  # (1, t, t)
+        out = model.decode(memory.expand(n, -1, -1), src_mask.expand(n, -1, -1), ys, mask)
+        logp = model.generator(out[:, -1])  # (n, V): the next token of each beam
+        V = logp.size(-1)
+        total = torch.tensor([lp for _, lp in beams], device=device).unsqueeze(1) + logp  # (n, V)
+        top, index = total.flatten().topk(min(2 * K, n * V))  # (<= 2K,): best first
+        candidates = [
+            (beams[i // V][0] + [i % V], lp) for i, lp in zip(index.tolist(), top.tolist())
+        ]
+        finished += [score(tokens, lp) for tokens, lp in candidates[:K] if tokens[-1] == end_symbol]
+        beams = [(tokens, lp) for tokens, lp in candidates if tokens[-1] != end_symbol][:K]
+        if len(finished) >= K:  # terminate early
+            break
+        if t == max_len - 1:  # out of length: the running beams are the last hypotheses
+            finished += [score(tokens, lp) for tokens, lp in beams]
+    return sorted(finished, key=lambda h: -h.score)[:K]
+
+# %% ../nbs/19_engines.ipynb #a1f0d003
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from .model import MultiHeadedAttention, attention
+
+# %% ../nbs/19_engines.ipynb #5d6be7dc
 @runtime_checkable
 class Decoder(Protocol):
     "What greedy and beam search drive: one step at a time over a batch of rows they may reorder."
@@ -73,7 +127,7 @@ class Decoder(Protocol):
         "Keep these rows (B',), in this order."
         ...
 
-# %% ../nbs/05_decoding.ipynb #6ec15b06
+# %% ../nbs/19_engines.ipynb #6ec15b06
 class PrefixDecoder:
     """Decodes by running the decoder over the whole prefix at every step (simple, O(t) work per
     step)."""
@@ -94,7 +148,7 @@ class PrefixDecoder:
         "Keep these rows (B',), in this order."
         self.memory, self.src_mask, self.ys = self.memory[rows], self.src_mask[rows], self.ys[rows]
 
-# %% ../nbs/05_decoding.ipynb #f9666445
+# %% ../nbs/19_engines.ipynb #f9666445
 class KVCache:
     """One self-attention layer's keys and values of the positions decoded so far, in room
     allocated ahead; reordering the rows copies only the rows that change."""
@@ -128,7 +182,7 @@ class KVCache:
             filled = cache[:, :, : self.t]  # a view: index_copy_ writes into the cache
             filled.index_copy_(0, moved, filled.index_select(0, rows[moved]))
 
-# %% ../nbs/05_decoding.ipynb #c7d6dacc
+# %% ../nbs/19_engines.ipynb #c7d6dacc
 def _self_attend(attn: MultiHeadedAttention, x: Tensor, cache: KVCache) -> Tensor:
     "Self-attention of the newest position x (B K, 1, D) to every position so far, kept in `cache`."
     q = attn.split_heads(attn.w_q(x))  # (B K, h, 1, d_k)
@@ -153,7 +207,7 @@ def _source_attend(
     out, _ = attention(q, keys, values, src_mask)  # (B, h, K, d_v)
     return attn.w_o(out.transpose(1, 2).reshape(B * K, 1, -1))  # (B K, 1, D)
 
-# %% ../nbs/05_decoding.ipynb #fe034292
+# %% ../nbs/19_engines.ipynb #fe034292
 class CachedDecoder:
     """Decodes one position per step, keeping every layer's self-attention keys and values
     (incremental decoding); with `beams=K`, row j * K + b is beam b of sentence j."""
@@ -202,7 +256,7 @@ class CachedDecoder:
         for cache in self.caches:
             cache.select(rows)
 
-# %% ../nbs/05_decoding.ipynb #dc1e0b94
+# %% ../nbs/19_engines.ipynb #dc1e0b94
 class Decodable(Protocol):
     "A model that is not a Transformer but can start decoding a batch of sources itself."
 
@@ -236,7 +290,7 @@ def begin_decoding(
         decoder.select(torch.arange(src.size(0), device=src.device).repeat_interleave(beams))
     return decoder
 
-# %% ../nbs/05_decoding.ipynb #557110f4
+# %% ../nbs/19_engines.ipynb #557110f4
 def _check_decode_args(
     src: Tensor, src_mask: Tensor, max_len: int | Sequence[int], beam_size: int = 1
 ) -> list[int]:
@@ -258,15 +312,7 @@ def _check_decode_args(
         raise ValueError(f"max_len must be at least 1 (the start symbol), got {min(limits)}")
     return limits
 
-# %% ../nbs/05_decoding.ipynb #48b51bcf
-class Hypothesis(NamedTuple):
-    """One output of a search: its tokens (no start symbol) and its score (greedy: log-probability;
-    beam: log-probability / lp)."""
-
-    tokens: list[int]
-    score: float
-
-# %% ../nbs/05_decoding.ipynb #4e9473fc
+# %% ../nbs/19_engines.ipynb #4e9473fc
 def _ban(logp: Tensor, banned: Sequence[int]) -> Tensor:
     """Log-probabilities (B, V) with the banned tokens made impossible (the rest are not
     renormalized)."""
@@ -311,23 +357,7 @@ def greedy_search(
             alive, y = [alive[r] for r in keep], y[rows]
     return results
 
-# %% ../nbs/05_decoding.ipynb #d43b6327
-def length_penalty(
-    # |Y|, the generated tokens (end symbol included); a tensor of them gives a tensor
-    length: int | Tensor,
-    alpha: float,  # finite and at least 0; 0 gives 1
-) -> float | Tensor:
-    "GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha; scores are divided by it."
-    if not (math.isfinite(alpha) and alpha >= 0):
-        raise ValueError(f"alpha must be a finite number at least 0, got {alpha}")
-    try:
-        return ((5 + length) / 6) ** alpha
-    except OverflowError:  # a Python float; a tensor overflows to inf instead
-        raise ValueError(
-            f"alpha={alpha} is too large: the length penalty of {length} tokens overflows a float"
-        ) from None
-
-# %% ../nbs/05_decoding.ipynb #4b0aa65b
+# %% ../nbs/19_engines.ipynb #4b0aa65b
 # a beam extended by one token: (which of the K beams, the token, the new log-probability)
 _Candidate = tuple[int, int, float]
 
@@ -350,7 +380,7 @@ def _top_candidates(
     ranked = [list(zip(*row)) for row in zip(beam.tolist(), token.tolist(), top_logp.tolist())]
     return [(cands[:K], [cands[c] for c in kept]) for cands, kept in zip(ranked, keep.tolist())]
 
-# %% ../nbs/05_decoding.ipynb #3df28951
+# %% ../nbs/19_engines.ipynb #3df28951
 class _SentenceSearch:
     "One sentence's beam search: the tokens of its running beams, and the hypotheses set aside."
 
@@ -383,7 +413,7 @@ class _SentenceSearch:
         "The hypotheses set aside, best first, at most K."
         return sorted(self.finished, key=lambda h: -h.score)[: self.K]
 
-# %% ../nbs/05_decoding.ipynb #a070dfa5
+# %% ../nbs/19_engines.ipynb #a070dfa5
 @torch.inference_mode()
 def beam_search(
     model: EncoderDecoder | Decodable,  # a Transformer, or a model with begin_decoding

@@ -1,6 +1,6 @@
-"""From a trained checkpoint to a fast translator anywhere: the model written as a CTranslate2 model
-folder (with int8 weights if asked), served by the same command line and Python interface, and
-our own decoder measured against the engine.
+"""Translation made fast: our own decoder with a key/value cache and batched greedy and beam search;
+then the model written as a CTranslate2 model folder (with int8 weights if asked), served by the
+same command line and Python interface, and the two engines measured against each other.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/engines.html.md"""
 

@@ -1,4 +1,4 @@
-"""Section 5.4 of "Attention Is All You Need": dropout and label smoothing, the loss in closed form and without the log-probabilities; then every piece of Section 5 trained end to end on the copy task.
+"""Section 5.4 of "Attention Is All You Need": dropout and label smoothing, the loss in closed form; then every piece of Section 5 trained end to end on the copy task.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/label_smoothing.html.md"""
 
@@ -11,38 +11,30 @@ import math
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .model import check_ids
 
 # %% auto #0
-__all__ = ['LossFn', 'smoothed_targets', 'LabelSmoothing', 'FusedLabelSmoothing', 'sequence_loss']
+__all__ = ['LossFn', 'smoothed_targets', 'LabelSmoothing', 'sequence_loss', 'FusedLabelSmoothing']
 
 # %% ../nbs/04_label_smoothing.ipynb #a6ae5576
 def _padding_class(padding_idx: int, size: int) -> int:
     "`padding_idx` as a class in 0..size-1; a negative one counts from the end, as Python indexes."
     if not -size <= padding_idx < size:
-        raise ValueError(
-            f"padding_idx={padding_idx} is outside the vocabulary of size {size}: "
-            f"it must be in [{-size}, {size})"
-        )
+        raise ValueError(f"padding_idx={padding_idx} is outside [{-size}, {size}), the vocabulary")
     return padding_idx % size
 
 
 def _check_labels(target: Tensor, size: int) -> None:
     "Raise a one-line error unless `target` holds integer class ids in [0, size)."
     if target.dtype not in (torch.int64, torch.int32):
-        raise TypeError(
-            f"labels must be integer class ids (int64 or int32), got dtype {target.dtype}"
-        )
-    # on the CPU only: on a GPU it would wait for the device every batch
-    check_ids(target, size, "label")
+        raise TypeError(f"labels must be integer class ids (int64 or int32), got {target.dtype}")
+    check_ids(target, size, "label")  # the model chapter's range check
 
 # %% ../nbs/04_label_smoothing.ipynb #b843e090
 def smoothed_targets(target: Tensor, size: int, padding_idx: int, smoothing: float) -> Tensor:
-    """The smoothed target distribution q (N, V) for labels (N,); rows of padding labels are all
-    zero."""
+    "The smoothed target distribution q (N, V) for labels (N,); zero on rows of padding labels."
     _check_labels(target, size)
     padding_idx = _padding_class(padding_idx, size)
     q = torch.full((target.size(0), size), smoothing / (size - 2), device=target.device)
@@ -60,39 +52,23 @@ class LabelSmoothing(nn.Module):
         if not 0.0 <= smoothing < 1.0:
             raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
         if size < 3:
-            raise ValueError(
-                "label smoothing needs a vocabulary of at least 3 (true, padding, another), "
-                f"got size={size}"
-            )
-        self.size, self.padding_idx, self.smoothing = (
-            size,
-            _padding_class(padding_idx, size),
-            smoothing,
-        )
-        self.confidence = 1.0 - smoothing
-        # probability of each class that is neither true nor padding
-        self.other = smoothing / (size - 2)
-        # sum_c q_c log q_c, the same for every non-padding row
-        self.entropy_term = math.fsum(
-            [
-                self.confidence * math.log(self.confidence),
-                smoothing * math.log(self.other) if smoothing > 0 else 0.0,
-            ]
-        )
+            raise ValueError(f"label smoothing needs a vocabulary of at least 3, got size={size}")
+        self.size, self.padding_idx = size, _padding_class(padding_idx, size)
+        self.smoothing, self.confidence = smoothing, 1.0 - smoothing
+        self.other = smoothing / (size - 2)  # each class that is neither true nor padding
+        # sum_c q_c log q_c, the same for every non-padding row (0 log 0 = 0)
+        self.entropy_term = self.confidence * math.log(self.confidence)
+        if smoothing > 0:
+            self.entropy_term += smoothing * math.log(self.other)
 
     def forward(self, x: Tensor, target: Tensor) -> Tensor:
         "Summed loss for log-probabilities x (N, V) and labels target (N,)."
-        if x.dim() != 2 or x.size(1) != self.size:
+        if x.dim() != 2 or x.size(1) != self.size or target.shape != x.shape[:1]:
             raise ValueError(
-                f"expected log-probabilities of shape (N, {self.size}), got {tuple(x.shape)}"
-            )
-        if target.shape != (x.size(0),):
-            raise ValueError(
-                "expected one label per row of the log-probabilities, "
-                f"shape ({x.size(0)},), got {tuple(target.shape)}"
+                f"expected log-probabilities (N, {self.size}) and N labels, "
+                f"got {tuple(x.shape)} and {tuple(target.shape)}"
             )
         _check_labels(target, self.size)
-        keep = target != self.padding_idx  # (N,)
         x_true = x.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
         loss = self.entropy_term - self.confidence * x_true
         if self.smoothing > 0:
@@ -100,9 +76,31 @@ class LabelSmoothing(nn.Module):
             # sum over c != t, pad: (N,)
             others = x[:, :pad].sum(-1) + x[:, pad + 1 :].sum(-1) - x_true
             loss = loss - self.other * others
-        return torch.where(keep, loss, 0.0).sum()
+        return torch.where(target != self.padding_idx, loss, 0.0).sum()
 
-# %% ../nbs/04_label_smoothing.ipynb #b5c6ee49
+# %% ../nbs/04_label_smoothing.ipynb #90739fe2
+# decoder outputs (B, T, D), labels (B, T) -> summed loss
+LossFn = Callable[[Tensor, Tensor], Tensor]
+
+
+def sequence_loss(
+    criterion: nn.Module,  # summed loss of rows (N, V or D) against labels (N,)
+    generator: nn.Module | None = None,  # applied first: log-probabilities for the criterion
+) -> LossFn:
+    "The loss function the training loop calls: a criterion over every target position of a batch."
+
+    def loss(out: Tensor, labels: Tensor) -> Tensor:
+        x = out if generator is None else generator(out)  # (B, T, V) or (B, T, D)
+        return criterion(x.flatten(0, 1), labels.flatten())
+
+    return loss
+
+# %% ../nbs/09_trainer.ipynb #c4fc99c1
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# %% ../nbs/09_trainer.ipynb #b5c6ee49
 def _smoothed_rows(z: Tensor, t: Tensor, s: LabelSmoothing) -> tuple[Tensor, Tensor]:
     "The loss of each row of logits z (n, V) with labels t (n,), zero on padding; and logsumexp."
     V, pad = z.size(1), s.padding_idx
@@ -122,7 +120,7 @@ def _smoothed_grad(z: Tensor, lse: Tensor, t: Tensor, s: LabelSmoothing) -> Tens
     g.scatter_add_(1, t.unsqueeze(1), true_word)  # and 1 - eps on the true word
     return g * (t != s.padding_idx).unsqueeze(1)
 
-# %% ../nbs/04_label_smoothing.ipynb #cd1a3d6c
+# %% ../nbs/09_trainer.ipynb #cd1a3d6c
 class _LinearLabelSmoothing(torch.autograd.Function):
     "LabelSmoothing of log_softmax(h W^T + b) and its gradients, computed chunk by chunk."
 
@@ -163,7 +161,7 @@ class _LinearLabelSmoothing(torch.autograd.Function):
         grad_h, grad_w, grad_b = ctx.grads
         return grad_h * grad_loss, grad_w * grad_loss, grad_b * grad_loss, None, None, None, None
 
-# %% ../nbs/04_label_smoothing.ipynb #3878d429
+# %% ../nbs/09_trainer.ipynb #3878d429
 class FusedLabelSmoothing(LabelSmoothing):
     """LabelSmoothing of `generator`'s log-probabilities, from the decoder's outputs (N, D):
     the (N, V) matrix is never built."""
@@ -197,20 +195,3 @@ class FusedLabelSmoothing(LabelSmoothing):
         return _LinearLabelSmoothing.apply(
             h, proj.weight, proj.bias, target, self, max(1, chunk // self.size), grads
         )
-
-# %% ../nbs/04_label_smoothing.ipynb #90739fe2
-# decoder outputs (B, T, D), labels (B, T) -> summed loss
-LossFn = Callable[[Tensor, Tensor], Tensor]
-
-
-def sequence_loss(
-    criterion: nn.Module,  # summed loss of rows (N, V or D) against labels (N,)
-    generator: nn.Module | None = None,  # applied first: log-probabilities for the criterion
-) -> LossFn:
-    "The loss function `run_epoch` calls: a criterion over every target position of a batch."
-
-    def loss(out: Tensor, labels: Tensor) -> Tensor:
-        x = out if generator is None else generator(out)  # (B, T, V) or (B, T, D)
-        return criterion(x.flatten(0, 1), labels.flatten())
-
-    return loss

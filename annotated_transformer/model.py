@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import math
-import numbers
 from dataclasses import asdict, dataclass
 
 import torch
@@ -17,10 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 # %% auto #0
-__all__ = ['MAX_SIZES', 'KINDS', 'EncoderDecoder', 'Generator', 'clones', 'SublayerConnection', 'EncoderLayer', 'Encoder',
-           'DecoderLayer', 'Decoder', 'subsequent_mask', 'check_mask', 'attention', 'MultiHeadedAttention',
-           'PositionwiseFeedForward', 'check_ids', 'Embeddings', 'PositionalEncoding', 'check_sizes',
-           'check_hyperparameters', 'make_model', 'ModelConfig', 'count_parameters', 'attention_weights']
+__all__ = ['EncoderDecoder', 'Generator', 'clones', 'SublayerConnection', 'EncoderLayer', 'Encoder', 'DecoderLayer', 'Decoder', 'subsequent_mask', 'check_mask', 'attention', 'MultiHeadedAttention', 'PositionwiseFeedForward', 'check_ids', 'Embeddings', 'PositionalEncoding', 'make_model', 'ModelConfig', 'count_parameters', 'KINDS', 'attention_weights', 'MAX_SIZES', 'check_sizes', 'check_hyperparameters']
 
 # %% ../nbs/01_model.ipynb #b9d2953d
 class EncoderDecoder(nn.Module):
@@ -40,8 +36,7 @@ class EncoderDecoder(nn.Module):
         self.generator = generator
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor, tgt_mask: Tensor) -> Tensor:
-        """Decoder output (B, T, D) for source ids (B, S) and target ids (B, T); apply `generator`
-        for log-probabilities."""
+        "Decoder output (B, T, D) for ids src (B, S), tgt (B, T); `generator` gives log-probs."
         return self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask)
 
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
@@ -49,15 +44,12 @@ class EncoderDecoder(nn.Module):
         return self.encoder(self.src_embed(src), src_mask)
 
     def decode(self, memory: Tensor, src_mask: Tensor, tgt: Tensor, tgt_mask: Tensor) -> Tensor:
-        """Decoder output (B, T, D) for target ids (B, T) attending to `memory` (B, S, D);
-        `tgt_mask` is (B or 1, T, T)."""
+        "Decoder output (B, T, D): target ids (B, T) attending to `memory` (B, S, D)."
         return self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask)
 
     @property
     def max_len(self) -> int:
-        """The longest source or target sequence the model takes: the length of its
-        positional-encoding tables."""
-        # equal in make_model's models
+        "The longest source or target sequence: the length of the positional tables."
         return min(self.src_embed[1].max_len, self.tgt_embed[1].max_len)
 
 
@@ -205,11 +197,9 @@ def attention(
     key: Tensor,  # (..., Lk, d_k)
     value: Tensor,  # (..., Lk, d_v)
     mask: Tensor | None = None,  # bool, broadcasts to (..., Lq, Lk); True = may attend
-    # on the attention weights: not in the paper (see MultiHeadedAttention)
-    dropout: nn.Dropout | None = None,
+    dropout: nn.Dropout | None = None,  # on the weights: not in the paper (see below)
 ) -> tuple[Tensor, Tensor]:
-    """Scaled dot-product attention, eq. (1): the output (..., Lq, d_v) and the weights
-    (..., Lq, Lk)."""
+    "Scaled dot-product attention, eq. (1): output (..., Lq, d_v) and weights (..., Lq, Lk)."
     d_k = query.size(-1)
     scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., Lq, Lk)
     if mask is not None:
@@ -236,8 +226,7 @@ class MultiHeadedAttention(nn.Module):
         self.w_q, self.w_k, self.w_v, self.w_o = clones(nn.Linear(d_model, d_model), 4)
         if self.d_k != self.d_v:  # queries and keys of h * d_k features
             self.w_q, self.w_k = clones(nn.Linear(d_model, h * self.d_k), 2)
-        # on the attention weights: a departure,
-        # §5.4 drops only sub-layer outputs and embedding sums
+        # on the attention weights: a departure, §5.4 drops only sub-layer outputs and sums
         self.dropout = nn.Dropout(dropout)
 
     def split_heads(self, x: Tensor) -> Tensor:
@@ -288,14 +277,12 @@ class PositionwiseFeedForward(nn.Module):
 
 # %% ../nbs/01_model.ipynb #6fc66281
 def check_ids(ids: Tensor, size: int, what: str = "token id") -> None:
-    """Raise a one-line error if an id in `ids` is outside [0, size); only on the CPU, where it
-    costs no wait."""
+    "Raise a one-line error if an id in `ids` is outside [0, size); on the CPU only."
     if ids.device.type != "cpu" or torch.compiler.is_compiling() or not ids.numel():
         return
-    lo, hi = torch.aminmax(ids)
-    if lo < 0 or hi >= size:
-        bad = ids[(ids < 0) | (ids >= size)][0].item()
-        raise ValueError(f"{what} {bad} is outside the vocabulary of size {size}")
+    bad = ids[(ids < 0) | (ids >= size)]
+    if bad.numel():
+        raise ValueError(f"{what} {bad[0].item()} is outside the vocabulary of size {size}")
 
 
 class Embeddings(nn.Module):
@@ -337,58 +324,8 @@ class PositionalEncoding(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         "Embeddings (B, L, D) plus the encodings of positions 0..L-1."
         if x.size(1) > self.max_len:
-            raise ValueError(
-                f"sequence of length {x.size(1)} is longer than the positional-encoding table "
-                f"(max_len={self.max_len})"
-            )
+            raise ValueError(f"a sequence of length {x.size(1)} is over max_len={self.max_len}")
         return self.dropout(x + self.pe[:, : x.size(1)])
-
-# %% ../nbs/01_model.ipynb #5c8994f8
-MAX_SIZES = {  # the largest sizes built: a checkpoint asking for more is refused before allocating
-    "N": 48,
-    "d_model": 8192,
-    "d_ff": 32768,
-    "h": 128,
-    "max_len": 32768,
-    "d_k": 8192,
-    "src_vocab": 1_000_000,
-    "tgt_vocab": 1_000_000,
-}
-
-
-def check_sizes(**sizes: int) -> None:
-    "Raise a one-line error naming the first size that is not a whole number from 1 to its maximum."
-    for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"{name} must be an integer, got {name}={value!r}")
-        if not 1 <= value <= MAX_SIZES[name]:
-            raise ValueError(f"{name} must be from 1 to {MAX_SIZES[name]:,}, got {name}={value}")
-
-
-def check_hyperparameters(
-    N: int,  # layers in each stack
-    d_model: int,
-    d_ff: int,
-    h: int,  # attention heads
-    dropout: float,
-    max_len: int,  # longest sequence the positional encoding covers
-    d_k: int | None = None,  # per-head size of queries and keys; None: d_model / h
-    positions: str = "sinusoidal",  # or "learned"
-    **vocab_sizes: int,  # src_vocab and tgt_vocab, where known
-) -> None:
-    "Raise a one-line error naming the first hyperparameter that does not describe a Transformer."
-    keys = {} if d_k is None else {"d_k": d_k}
-    check_sizes(**vocab_sizes, N=N, d_model=d_model, d_ff=d_ff, h=h, max_len=max_len, **keys)
-    if d_model % h:
-        raise ValueError(f"d_model={d_model} is not divisible by the number of heads h={h}")
-    if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real):
-        raise TypeError(f"dropout must be a number, got dropout={dropout!r}")
-    if not 0.0 <= dropout < 1.0:  # the comparison is False for nan, so nan is refused too
-        raise ValueError(f"dropout must be in [0, 1), got dropout={dropout!r}")
-    if positions not in ("sinusoidal", "learned"):
-        raise ValueError(
-            f"positions must be 'sinusoidal' or 'learned', got positions={positions!r}"
-        )
 
 # %% ../nbs/01_model.ipynb #2c696bdf
 def make_model(
@@ -451,8 +388,7 @@ class ModelConfig:
     positions: str = "sinusoidal"  # or "learned" (Table 3 E)
 
     def __post_init__(self):
-        """Refuse a nonsensical configuration when it is made (on the command line, from a
-        checkpoint)."""
+        "Refuse a nonsensical configuration when it is made (from flags, from a checkpoint)."
         sizes = (self.N, self.d_model, self.d_ff, self.h)
         check_hyperparameters(*sizes, self.dropout, self.max_len, self.d_k, self.positions)
 
@@ -465,7 +401,7 @@ def count_parameters(model: nn.Module) -> int:
     "Number of distinct trainable parameters (a tied matrix counts once)."
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
-# %% ../nbs/01_model.ipynb #982480a8
+# %% ../nbs/10_figures.ipynb #982480a8
 KINDS = {  # the three kinds of attention, by the names used below
     "encoder": "encoder self-attention",
     "decoder_self": "decoder self-attention",
@@ -511,3 +447,45 @@ def attention_weights(
         for hook in hooks:
             hook.remove()
     return {kind: torch.stack(weights) for kind, weights in found.items()}  # layers in order
+
+# %% ../nbs/13_configuration.ipynb #997fcdc2
+import numbers
+
+# the largest sizes built: a checkpoint asking for more is refused before allocating
+MAX_SIZES = dict(N=48, d_model=8192, d_ff=32768, h=128, max_len=32768, d_k=8192)
+MAX_SIZES.update(src_vocab=1_000_000, tgt_vocab=1_000_000)
+
+
+def check_sizes(**sizes: int) -> None:
+    "Raise a one-line error naming the first size that is not a whole number from 1 to its maximum."
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{name} must be an integer, got {name}={value!r}")
+        if not 1 <= value <= MAX_SIZES[name]:
+            raise ValueError(f"{name} must be from 1 to {MAX_SIZES[name]:,}, got {name}={value}")
+
+
+def check_hyperparameters(
+    N: int,
+    d_model: int,
+    d_ff: int,
+    h: int,
+    dropout: float,
+    max_len: int,
+    d_k: int | None = None,  # None: d_model / h
+    positions: str = "sinusoidal",  # or "learned"
+    **vocab_sizes: int,  # src_vocab and tgt_vocab, where known
+) -> None:
+    "Raise a one-line error naming the first hyperparameter that does not describe a Transformer."
+    keys = {} if d_k is None else {"d_k": d_k}
+    check_sizes(**vocab_sizes, N=N, d_model=d_model, d_ff=d_ff, h=h, max_len=max_len, **keys)
+    if d_model % h:
+        raise ValueError(f"d_model={d_model} is not divisible by the number of heads h={h}")
+    if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real):
+        raise TypeError(f"dropout must be a number, got dropout={dropout!r}")
+    if not 0.0 <= dropout < 1.0:  # False for nan too
+        raise ValueError(f"dropout must be in [0, 1), got dropout={dropout!r}")
+    if positions not in ("sinusoidal", "learned"):
+        raise ValueError(
+            f"positions must be 'sinusoidal' or 'learned', got positions={positions!r}"
+        )

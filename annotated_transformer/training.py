@@ -7,22 +7,19 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/training.htm
 # %% ../nbs/03_training.ipynb #a51a9b34
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import nullcontext
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
+from itertools import islice
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
-from tqdm import tqdm
 
 from .batching import Batch
 
 # %% auto #0
-__all__ = ['TrainState', 'optimizer_step', 'run_epoch', 'rate', 'noam_optimizer']
+__all__ = ['TrainState', 'optimizer_step', 'run_epoch', 'rate', 'noam_optimizer', 'train_epoch']
 
 # %% ../nbs/03_training.ipynb #21500541
 @dataclass
@@ -36,23 +33,101 @@ class TrainState:
 
     def count(self, batch: Batch) -> None:
         "Count a trained batch: its sentence pairs and target tokens."
-        self.batches, self.samples, self.tokens = (
-            self.batches + 1,
-            self.samples + batch.src.size(0),
-            self.tokens + batch.ntokens,
-        )
+        self.batches += 1
+        self.samples += batch.src.size(0)
+        self.tokens += batch.ntokens
 
-    @classmethod
-    def from_dict(cls, d: dict) -> TrainState:
-        """The counts saved as `asdict(state)`; also reads the checkpoints of version 0.1, which
-        named two of them differently."""
-        renamed = {"step": "batches", "accum_step": "optimizer_steps"}  # version 0.1's names
-        counts = {renamed.get(name, name): value for name, value in d.items()}
-        if len(counts) < len(d):
-            raise ValueError(f"both the old and the new name of a count in {sorted(d)}")
-        return cls(**counts)
+# %% ../nbs/03_training.ipynb #18feb65a
+def optimizer_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: LRScheduler | None,  # stepped after the update
+    tokens: float,  # the step's target tokens: summed gradients become a mean per token
+    max_grad_norm: float | None = None,  # clip the gradients' norm to this first
+) -> None:
+    "Average the summed gradients per token, clip them (optionally), update, clear them."
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad /= tokens
+    if max_grad_norm is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
 
-# %% ../nbs/03_training.ipynb #0f4b7ce3
+# %% ../nbs/03_training.ipynb #9c5f7f5b
+def run_epoch(
+    batches: Iterable[Batch],
+    model: nn.Module,  # an EncoderDecoder
+    loss_fn: Callable[[Tensor, Tensor], Tensor],  # decoder outputs (B, T, D), labels (B, T) -> sum
+    optimizer: torch.optim.Optimizer | None = None,  # None evaluates: no gradients, no updates
+    scheduler: LRScheduler | None = None,  # stepped once per optimizer step
+    accum_iter: int = 1,  # batches per optimizer step
+    max_grad_norm: float | None = None,  # clip the gradients' norm before each step
+    state: TrainState | None = None,  # counts to continue from; a new one if None
+) -> tuple[float, TrainState]:
+    "One pass over `batches`: the mean loss per target token, and the counts."
+    if accum_iter < 1:
+        raise ValueError(f"accum_iter must be at least 1, got {accum_iter}")
+    training = optimizer is not None
+    state = TrainState() if state is None else state
+    model.train(training)
+    total_loss, total_tokens, batches = 0.0, 0, iter(batches)
+    with torch.set_grad_enabled(training):
+        while step := list(islice(batches, accum_iter)):  # the batches of one optimizer step
+            for batch in step:
+                out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)  # (B, T, D)
+                loss = loss_fn(out, batch.tgt_y)  # summed over the batch's target tokens
+                total_loss, total_tokens = total_loss + loss.item(), total_tokens + batch.ntokens
+                if training:
+                    loss.backward()  # adds to the gradients of the step's earlier batches
+                    state.count(batch)
+            if training:
+                tokens = sum(batch.ntokens for batch in step)
+                optimizer_step(model, optimizer, scheduler, tokens, max_grad_norm)
+                state.optimizer_steps += 1
+    if total_tokens == 0:
+        raise ValueError("no batches: the epoch had nothing to train or evaluate on")
+    return total_loss / total_tokens, state
+
+# %% ../nbs/03_training.ipynb #bbead0a5
+def rate(step: int, model_size: int, factor: float, warmup: int) -> float:
+    "The learning rate of eq. (5) at `step` (step 0 counts as step 1), scaled by `factor`."
+    if warmup < 1:
+        raise ValueError(f"warmup must be at least 1 step, got {warmup}")
+    step = max(step, 1)
+    return factor * model_size**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def noam_optimizer(
+    model: nn.Module,
+    model_size: int,  # d_model
+    factor: float = 1.0,
+    warmup: int = 4000,
+    **adam: object,  # more of PyTorch's Adam settings (the trainer asks for fused=True on GPUs)
+) -> tuple[torch.optim.Adam, LambdaLR]:
+    "Adam with the paper's betas and epsilon (§5.3), and the schedule of eq. (5) as a `LambdaLR`."
+    if warmup < 1:
+        raise ValueError(f"warmup must be at least 1 step, got {warmup}")
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, **adam)
+    schedule = partial(rate, model_size=model_size, factor=factor, warmup=warmup)
+    return optimizer, LambdaLR(optimizer, lr_lambda=schedule)
+
+# %% ../nbs/09_trainer.ipynb #c696da93
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.optim.lr_scheduler import LRScheduler
+from tqdm import tqdm
+
+from .batching import Batch
+
+# %% ../nbs/09_trainer.ipynb #0f4b7ce3
 def _with_last(items: Iterable) -> Iterator[tuple[object, bool]]:
     "Each item with a flag that says whether it is the last."
     items = iter(items)
@@ -65,7 +140,7 @@ def _with_last(items: Iterable) -> Iterator[tuple[object, bool]]:
         previous = item
     yield previous, True
 
-# %% ../nbs/03_training.ipynb #de49770a
+# %% ../nbs/09_trainer.ipynb #de49770a
 def _sum_over_processes(values: list[float], world: int, device: torch.device) -> list[float]:
     "The element-wise sum of `values` over all processes of the data-parallel group."
     if world == 1:
@@ -74,36 +149,31 @@ def _sum_over_processes(values: list[float], world: int, device: torch.device) -
     dist.all_reduce(total)  # in place: every process gets the sum
     return total.tolist()
 
-# %% ../nbs/03_training.ipynb #18feb65a
-def optimizer_step(
+# %% ../nbs/09_trainer.ipynb #665957f3
+def _scaled_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+    scheduler: LRScheduler | None,
+    tokens: float,  # the step's target tokens (per process, with DDP averaging the gradients)
     max_grad_norm: float | None,
-    # multiplies the gradients first: 1 / tokens turns summed losses into a mean
-    grad_scale: float = 1.0,
-    scaler: torch.amp.GradScaler | None = None,  # the float16 loss scaler, if any
+    scaler: torch.amp.GradScaler | None,  # float16's loss scaler; None: optimizer_step
 ) -> None:
-    """Scale the gradients, clip them (optionally), update the weights, advance the schedule and
-    clear the gradients."""
-    if scaler is not None:
-        # undo the loss scaling first, so that clipping sees the true gradients
-        scaler.unscale_(optimizer)
+    "`optimizer_step`, through float16's loss scaler if there is one."
+    if scaler is None:
+        return optimizer_step(model, optimizer, scheduler, tokens, max_grad_norm)
+    scaler.unscale_(optimizer)  # the true gradients, before they are averaged and clipped
     for p in model.parameters():
         if p.grad is not None:
-            p.grad.mul_(grad_scale)
+            p.grad /= tokens
     if max_grad_norm is not None:
         nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    if scaler is None:
-        optimizer.step()
-    else:
-        scaler.step(optimizer)  # skipped if a gradient overflowed; the scale is then lowered
-        scaler.update()
+    scaler.step(optimizer)  # skipped if a gradient overflowed; the scale is then lowered
+    scaler.update()
     if scheduler is not None:
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
 
-# %% ../nbs/03_training.ipynb #390d6378
+# %% ../nbs/09_trainer.ipynb #390d6378
 def _read_losses(unread: list[tuple[Tensor, int, int, int]]) -> float:
     """The sum of the batches' losses, read back at once; a FloatingPointError naming the first
     batch whose loss is not finite."""
@@ -117,7 +187,7 @@ def _read_losses(unread: list[tuple[Tensor, int, int, int]]) -> float:
         )
     return losses.sum().item()
 
-# %% ../nbs/03_training.ipynb #9148edd4
+# %% ../nbs/09_trainer.ipynb #9148edd4
 def _forward_backward(
     model: nn.Module,
     batch: Batch,
@@ -137,7 +207,7 @@ def _forward_backward(
             (loss if scaler is None else scaler.scale(loss)).backward()  # normalized at the step
     return loss.detach()
 
-# %% ../nbs/03_training.ipynb #b8a772e9
+# %% ../nbs/09_trainer.ipynb #b8a772e9
 def _show(
     bar: tqdm, loss: float, optimizer: torch.optim.Optimizer | None, tokens: int, start: float
 ) -> None:
@@ -146,7 +216,7 @@ def _show(
     speed = tokens / (time.perf_counter() - start)
     bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{speed:,.0f}")
 
-# %% ../nbs/03_training.ipynb #e88e5a33
+# %% ../nbs/09_trainer.ipynb #e88e5a33
 def _check_positive(**counts: int) -> None:
     "Raise a one-line error naming the first count below 1."
     for name, value in counts.items():
@@ -162,8 +232,8 @@ def _mean_over_processes(loss: float, tokens: int, world: int, model: nn.Module)
         raise ValueError("no batches: the epoch had nothing to train or evaluate on")
     return loss / tokens
 
-# %% ../nbs/03_training.ipynb #9c5f7f5b
-def run_epoch(
+# %% ../nbs/09_trainer.ipynb #60a1c8f3
+def train_epoch(
     batches: Iterable[Batch],
     model: nn.Module,  # an EncoderDecoder, maybe wrapped for data parallelism or compiled
     loss_fn: Callable[[Tensor, Tensor], Tensor],  # decoder outputs (B, T, D), labels (B, T) -> sum
@@ -180,7 +250,7 @@ def run_epoch(
     read_every: int = 50,  # batches between reading the losses back (the GPU must catch up)
     world: int = 1,  # data-parallel processes; with more than 1 the model is in DDP
 ) -> tuple[float, TrainState]:
-    "One pass over `batches`: the mean loss per target token (of all processes) and the counts."
+    "`run_epoch` at scale: the mean loss per target token (of all processes) and the counts."
     _check_positive(accum_iter=accum_iter, read_every=read_every)
     training = optimizer is not None
     state = TrainState() if state is None else state
@@ -203,37 +273,10 @@ def run_epoch(
                 pending, step_tokens = pending + 1, step_tokens + batch.ntokens
             if ends_step:
                 tokens = _sum_over_processes([step_tokens], world, batch.src.device)[0]
-                # DDP averaged the gradients over the processes: world / tokens gives the mean
-                optimizer_step(model, optimizer, scheduler, max_grad_norm, world / tokens, scaler)
+                _scaled_step(model, optimizer, scheduler, tokens / world, max_grad_norm, scaler)
                 state.optimizer_steps, pending, step_tokens = state.optimizer_steps + 1, 0, 0
             if len(unread) == read_every or last:
                 total_loss, unread = total_loss + _read_losses(unread), []
                 _show(bar, total_loss / total_tokens, optimizer, total_tokens, start)
     bar.close()
     return _mean_over_processes(total_loss, total_tokens, world, model), state
-
-# %% ../nbs/03_training.ipynb #bbead0a5
-def rate(step: int, model_size: int, factor: float, warmup: int) -> float:
-    "The learning rate of eq. (5) at `step` (step 0 counts as step 1), scaled by `factor`."
-    if warmup < 1:
-        raise ValueError(f"warmup must be at least 1 step, got {warmup}")
-    step = max(step, 1)
-    return factor * model_size**-0.5 * min(step**-0.5, step * warmup**-1.5)
-
-
-def noam_optimizer(
-    model: nn.Module,
-    model_size: int,  # d_model
-    factor: float = 1.0,
-    warmup: int = 4000,
-    # one fused kernel updates every tensor; None: on GPUs (measured in the multi-GPU chapter)
-    fused: bool | None = None,
-) -> tuple[torch.optim.Adam, LambdaLR]:
-    "Adam with the paper's betas and epsilon (§5.3), and the schedule of eq. (5) as a `LambdaLR`."
-    if warmup < 1:
-        raise ValueError(f"warmup must be at least 1 step, got {warmup}")
-    params = list(model.parameters())
-    fused = all(p.is_cuda for p in params) if fused is None else fused
-    optimizer = torch.optim.Adam(params, lr=1.0, betas=(0.9, 0.98), eps=1e-9, fused=fused)
-    schedule = partial(rate, model_size=model_size, factor=factor, warmup=warmup)
-    return optimizer, LambdaLR(optimizer, lr_lambda=schedule)

@@ -1,6 +1,5 @@
-"""Text in, text out: a `Translator` holds a trained model with its vocabularies and tokenizers,
-searches for translations in batches, scores them with BLEU the way the field does, and shows what
-the model attends to for a sentence.
+"""Text in, text out: how to search, BLEU defined and computed, and a `Translator` that holds a
+trained model with its vocabularies and tokenizers, translates sentences and scores them.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/translation.html.md"""
 
@@ -9,24 +8,17 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/translation.
 # %% ../nbs/06_translation.ipynb #7ed902af
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import sacrebleu
-import torch
-from torch import Tensor, nn
-from tqdm import tqdm
-
 from .checkpoint import RunCheckpoint, load_checkpoint
-from .data import SpacyTokenizer, Tokenizer, Vocab
-from .decoding import beam_search, greedy_search
-from .model import KINDS, EncoderDecoder, attention_weights
+from .data import Tokenizer, Vocab
+from .model import EncoderDecoder
 from .recurrent import RecurrentEncoderDecoder
 
 # %% auto #0
-__all__ = ['GREEDY', 'Scored', 'Search', 'BleuScores', 'bleu', 'AttentionMaps', 'check_kind', 'Translator', 'SentenceError']
+__all__ = ['GREEDY', 'Scored', 'Search', 'Translator', 'BleuScores', 'bleu', 'AttentionMaps', 'check_kind', 'SentenceError']
 
 # %% ../nbs/06_translation.ipynb #4fbe9370
 @dataclass(frozen=True)
@@ -50,110 +42,10 @@ class Search:
 
 GREEDY = Search()
 
-# %% ../nbs/06_translation.ipynb #6a49081d
+# %% ../nbs/06_translation.ipynb #3c52f7eb
 Scored = tuple[list[str], float]  # a translation's target tokens and its score
 
 
-def _search_batch(
-    model: nn.Module,
-    src_vocab: Vocab,
-    tgt_vocab: Vocab,
-    tokens: Sequence[Sequence[str]],  # the source tokens of each sentence
-    search: Search,
-    n: int,  # hypotheses kept per sentence
-) -> list[list[Scored]]:
-    "The `n` best (target tokens, score) of each tokenized sentence, best first."
-    ids = [torch.tensor(src_vocab.encode_sentence(t)) for t in tokens]
-    limits = [len(i) + search.max_extra for i in ids]  # each sentence's own: its length plus 50
-    device = next(model.parameters()).device
-    src = nn.utils.rnn.pad_sequence(ids, batch_first=True, padding_value=src_vocab.pad)  # (B, S)
-    src = src.to(device)
-    src_mask = (src != src_vocab.pad).unsqueeze(-2)  # (B, 1, S)
-    banned = () if search.allow_unk else (tgt_vocab.unk,)
-    ends = (tgt_vocab.bos, tgt_vocab.eos)
-    if search.beam_size == 1:
-        found = [
-            [best] for best in greedy_search(model, src, src_mask, limits, *ends, banned=banned)
-        ]
-    else:
-        found = beam_search(
-            model, src, src_mask, limits, *ends, search.beam_size, search.alpha, banned=banned
-        )
-    return [[(tgt_vocab.decode(out), score) for out, score in best[:n]] for best in found]
-
-# %% ../nbs/06_translation.ipynb #ed96e3d2
-@dataclass
-class BleuScores:
-    "Corpus BLEU of a set of translations."
-
-    sacrebleu: float  # cased, detokenized, 13a
-    signature: str  # sacreBLEU's description of how `sacrebleu` was computed
-    # spaCy tokens, lowercased, tokenize="none"; None for subwords
-    tokenized_lowercase: float | None
-    # sacreBLEU's own report of `sacrebleu`
-    # (its JSON: score, verbose score, signature and its parts)
-    fields: dict
-
-    def __str__(self) -> str:
-        lower = (
-            f"; tokenized lowercased BLEU {self.tokenized_lowercase:.2f}"
-            if self.tokenized_lowercase is not None
-            else ""
-        )
-        return f"sacreBLEU {self.sacrebleu:.2f} ({self.signature}){lower}"
-
-
-def bleu(
-    hypotheses: Sequence[Sequence[str]],  # target tokens
-    references: Sequence[str],  # raw sentences
-    tokenizer: Tokenizer,  # the target side's: it detokenizes the hypotheses
-) -> BleuScores:
-    "BLEU scores of hypothesis token lists against raw reference sentences."
-    if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
-    metric = sacrebleu.metrics.BLEU()
-    cased = metric.corpus_score([tokenizer.detokenize(h) for h in hypotheses], [list(references)])
-    signature = str(metric.get_signature())
-    fields = json.loads(cased.format(signature=signature, is_json=True))
-    if not isinstance(tokenizer, SpacyTokenizer):  # subword pieces are not words
-        return BleuScores(cased.score, signature, None, fields)
-    ref_tokens = tokenizer.tokenize(references)
-    # force=True: sacreBLEU warns about tokenized input, which this score uses on purpose
-    lower = sacrebleu.metrics.BLEU(tokenize="none", lowercase=True, force=True).corpus_score(
-        [" ".join(h) for h in hypotheses], [[" ".join(r) for r in ref_tokens]]
-    )
-    return BleuScores(cased.score, signature, lower.score, fields)
-
-# %% ../nbs/06_translation.ipynb #63136008
-@dataclass
-class AttentionMaps:
-    "The attention weights of one sentence pair, with the tokens along each axis."
-
-    src_tokens: list[str]  # the encoder's input, <s> and </s> included
-    tgt_tokens: list[str]  # the decoder's input: <s> and the translation
-    weights: dict[str, Tensor]  # kind -> (N, h, queries, keys)
-
-    @property
-    def kinds(self) -> list[str]:
-        "The kinds these maps hold, in KINDS' order: all three, or a recurrent model's one."
-        return [kind for kind in KINDS if kind in self.weights]
-
-    def axes(self, kind: str) -> tuple[list[str], list[str]]:
-        "The tokens of the rows (queries) and columns (keys) of a kind of attention."
-        check_kind(kind)
-        return {
-            "encoder": (self.src_tokens, self.src_tokens),
-            "decoder_self": (self.tgt_tokens, self.tgt_tokens),
-            "decoder_src": (self.tgt_tokens, self.src_tokens),
-        }[kind]
-
-
-def check_kind(kind: str) -> None:
-    "Raise a clear error unless `kind` names a kind of attention."
-    if kind not in KINDS:
-        raise ValueError(f"unknown kind of attention {kind!r}; choose one of {', '.join(KINDS)}")
-
-# %% ../nbs/06_translation.ipynb #3c52f7eb
 @dataclass
 class Translator:
     "A trained model in use: the model, its vocabularies and its tokenizers; text in, text out."
@@ -201,7 +93,122 @@ class Translator:
         "The model's attention translating `sentence` (or producing `translation`'s tokens)."
         return _attention(self, sentence, translation, search)
 
-# %% ../nbs/06_translation.ipynb #5b0cd53a
+# %% ../nbs/19_engines.ipynb #b2d0a002
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sacrebleu
+import torch
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from .data import SpacyTokenizer, Tokenizer, Vocab
+from .decoding import beam_search, greedy_search
+from .model import KINDS, attention_weights
+from .recurrent import RecurrentEncoderDecoder
+
+# %% ../nbs/19_engines.ipynb #6a49081d
+def _search_batch(
+    model: nn.Module,
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    tokens: Sequence[Sequence[str]],  # the source tokens of each sentence
+    search: Search,
+    n: int,  # hypotheses kept per sentence
+) -> list[list[Scored]]:
+    "The `n` best (target tokens, score) of each tokenized sentence, best first."
+    ids = [torch.tensor(src_vocab.encode_sentence(t)) for t in tokens]
+    limits = [len(i) + search.max_extra for i in ids]  # each sentence's own: its length plus 50
+    device = next(model.parameters()).device
+    src = nn.utils.rnn.pad_sequence(ids, batch_first=True, padding_value=src_vocab.pad)  # (B, S)
+    src = src.to(device)
+    src_mask = (src != src_vocab.pad).unsqueeze(-2)  # (B, 1, S)
+    banned = () if search.allow_unk else (tgt_vocab.unk,)
+    ends = (tgt_vocab.bos, tgt_vocab.eos)
+    if search.beam_size == 1:
+        found = [
+            [best] for best in greedy_search(model, src, src_mask, limits, *ends, banned=banned)
+        ]
+    else:
+        found = beam_search(
+            model, src, src_mask, limits, *ends, search.beam_size, search.alpha, banned=banned
+        )
+    return [[(tgt_vocab.decode(out), score) for out, score in best[:n]] for best in found]
+
+# %% ../nbs/19_engines.ipynb #ed96e3d2
+@dataclass
+class BleuScores:
+    "Corpus BLEU of a set of translations."
+
+    sacrebleu: float  # cased, detokenized, 13a
+    signature: str  # sacreBLEU's description of how `sacrebleu` was computed
+    # spaCy tokens, lowercased, tokenize="none"; None for subwords
+    tokenized_lowercase: float | None
+    # sacreBLEU's own report of `sacrebleu`
+    # (its JSON: score, verbose score, signature and its parts)
+    fields: dict
+
+    def __str__(self) -> str:
+        lower = (
+            f"; tokenized lowercased BLEU {self.tokenized_lowercase:.2f}"
+            if self.tokenized_lowercase is not None
+            else ""
+        )
+        return f"sacreBLEU {self.sacrebleu:.2f} ({self.signature}){lower}"
+
+
+def bleu(
+    hypotheses: Sequence[Sequence[str]],  # target tokens
+    references: Sequence[str],  # raw sentences
+    tokenizer: Tokenizer,  # the target side's: it detokenizes the hypotheses
+) -> BleuScores:
+    "BLEU scores of hypothesis token lists against raw reference sentences."
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
+    metric = sacrebleu.metrics.BLEU()
+    cased = metric.corpus_score([tokenizer.detokenize(h) for h in hypotheses], [list(references)])
+    signature = str(metric.get_signature())
+    fields = json.loads(cased.format(signature=signature, is_json=True))
+    if not isinstance(tokenizer, SpacyTokenizer):  # subword pieces are not words
+        return BleuScores(cased.score, signature, None, fields)
+    ref_tokens = tokenizer.tokenize(references)
+    # force=True: sacreBLEU warns about tokenized input, which this score uses on purpose
+    lower = sacrebleu.metrics.BLEU(tokenize="none", lowercase=True, force=True).corpus_score(
+        [" ".join(h) for h in hypotheses], [[" ".join(r) for r in ref_tokens]]
+    )
+    return BleuScores(cased.score, signature, lower.score, fields)
+
+# %% ../nbs/19_engines.ipynb #63136008
+@dataclass
+class AttentionMaps:
+    "The attention weights of one sentence pair, with the tokens along each axis."
+
+    src_tokens: list[str]  # the encoder's input, <s> and </s> included
+    tgt_tokens: list[str]  # the decoder's input: <s> and the translation
+    weights: dict[str, Tensor]  # kind -> (N, h, queries, keys)
+
+    @property
+    def kinds(self) -> list[str]:
+        "The kinds these maps hold, in KINDS' order: all three, or a recurrent model's one."
+        return [kind for kind in KINDS if kind in self.weights]
+
+    def axes(self, kind: str) -> tuple[list[str], list[str]]:
+        "The tokens of the rows (queries) and columns (keys) of a kind of attention."
+        check_kind(kind)
+        return {
+            "encoder": (self.src_tokens, self.src_tokens),
+            "decoder_self": (self.tgt_tokens, self.tgt_tokens),
+            "decoder_src": (self.tgt_tokens, self.src_tokens),
+        }[kind]
+
+
+def check_kind(kind: str) -> None:
+    "Raise a clear error unless `kind` names a kind of attention."
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind of attention {kind!r}; choose one of {', '.join(KINDS)}")
+
+# %% ../nbs/19_engines.ipynb #5b0cd53a
 class SentenceError(ValueError):
     "A sentence the model cannot translate; `index` is its place in the sentences given."
 
@@ -250,7 +257,7 @@ def _nbest(
             results[i] = best
     return results
 
-# %% ../nbs/06_translation.ipynb #b4f10f65
+# %% ../nbs/19_engines.ipynb #b4f10f65
 def _attention(
     translator: Translator,
     sentence: str,

@@ -1,6 +1,6 @@
-"""Attention heatmaps for every layer and head of a trained model (encoder self-attention, decoder
-self-attention and decoder source attention, with the tokens on the right axes), what its heads do,
-measured, and an interactive view in which pointing at a token shows what it attends to.
+"""Attention heatmaps of a trained model for every kind of attention, what its heads do, measured
+over the validation set, and an interactive view in which pointing at a token shows what it
+attends to.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/attention.html.md"""
 
@@ -9,6 +9,39 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/attention.ht
 # %% ../nbs/08_attention.ipynb #40050977
 from __future__ import annotations
 
+import torch
+from torch import Tensor
+
+# %% auto #0
+__all__ = ['head_measures', 'even_weights', 'COLUMN', 'LABEL_POINTS', 'BAR', 'check_index', 'AttentionFigure', 'plot_heads', 'plot_layers', 'plot_attention', 'plot_sentence', 'plot_measures', 'AttentionView']
+
+# %% ../nbs/08_attention.ipynb #e8f5ce74
+def head_measures(weights: dict[str, Tensor]) -> dict[str, Tensor | None]:
+    """One sentence's measures, each (N, h): a query's average weight on the previous token, on
+    itself, on <s>; its largest source weight."""
+    encoder, decoder = weights["encoder"], weights["decoder_self"]  # (N, h, Q, K)
+    return {
+        "encoder: previous token": encoder.diagonal(-1, -2, -1).mean(-1),  # the band below
+        "encoder: itself": encoder.diagonal(0, -2, -1).mean(-1),
+        "decoder: previous token": decoder.diagonal(-1, -2, -1).mean(-1)
+        if decoder.size(-1) > 1
+        else None,
+        "decoder: <s>": decoder[..., 0].mean(-1),  # the first key's column
+        "source attention: largest weight": weights["decoder_src"].max(-1).values.mean(-1),
+    }
+
+# %% ../nbs/08_attention.ipynb #43da5c22
+def even_weights(S: int, T: int) -> dict[str, Tensor]:
+    """The weights of one head that spreads evenly over what it may attend to, for S source and T
+    target tokens: {kind: (1, 1, Q, K)}."""
+    causal = torch.ones(T, T).tril()  # (T, T): row i sees positions 0..i
+    return {
+        "encoder": torch.full((1, 1, S, S), 1 / S),
+        "decoder_self": (causal / causal.sum(-1, keepdim=True))[None, None],
+        "decoder_src": torch.full((1, 1, T, S), 1 / S),
+    }
+
+# %% ../nbs/10_figures.ipynb #02c99275
 import html
 import io
 import json
@@ -26,11 +59,7 @@ from torch import Tensor
 from .model import KINDS
 from .translation import AttentionMaps, check_kind
 
-# %% auto #0
-__all__ = ['COLUMN', 'LABEL_POINTS', 'BAR', 'check_index', 'AttentionFigure', 'plot_heads', 'plot_layers', 'plot_attention',
-           'plot_sentence', 'AttentionView']
-
-# %% ../nbs/08_attention.ipynb #5c8d8551
+# %% ../nbs/10_figures.ipynb #5c8d8551
 def check_index(name: str, value: int, count: int) -> None:
     "Raise a clear error unless 0 <= value < count."
     if not 0 <= value < count:
@@ -39,7 +68,7 @@ def check_index(name: str, value: int, count: int) -> None:
             f"the model has {count} {name}s, numbered 0 to {count - 1}"
         )
 
-# %% ../nbs/08_attention.ipynb #a7add70a
+# %% ../nbs/10_figures.ipynb #a7add70a
 class AttentionFigure(Figure):
     """A matplotlib figure that shows itself in a notebook (as a PNG) without pyplot: it is never
     open in a window."""
@@ -53,9 +82,9 @@ class AttentionFigure(Figure):
         self.savefig(buffer, format="png")
         return buffer.getvalue()
 
-# %% ../nbs/08_attention.ipynb #aa5ecd45
+# %% ../nbs/10_figures.ipynb #aa5ecd45
 COLUMN = 8.2  # inches: the book's column at the figures' 100 dpi, so a figure is never shrunk
-LABEL_POINTS = 7.5  # a token label, 10 px tall at 100 dpi
+LABEL_POINTS = 9  # a token label, 12.5 px tall at 100 dpi
 BAR = 0.7  # inches for the colour bar at the right
 
 
@@ -65,7 +94,7 @@ def _layout(n: int, tokens: int) -> tuple[int, float]:
     per_row = max(1, min(n, 4, int((COLUMN - BAR) // size)))
     return per_row, min(size, (COLUMN - BAR) / per_row)
 
-# %% ../nbs/08_attention.ipynb #c2a0a58b
+# %% ../nbs/10_figures.ipynb #c2a0a58b
 def _grid(
     fig: Figure | SubFigure, n: int, tokens: int, title_room: float = 0.4
 ) -> tuple[list, float]:
@@ -80,13 +109,14 @@ def _grid(
 
 
 def _figure(n: int, tokens: int) -> tuple[Figure, list]:
-    "A figure of the column's width holding n maps of up to `tokens` labels a side."
+    "A figure as wide as its n maps of up to `tokens` labels a side (at most the column's width)."
+    per_row, size = _layout(n, tokens)
     fig = AttentionFigure(layout="constrained")
     axes, height = _grid(fig, n, tokens)
-    fig.set_size_inches(COLUMN, height)
+    fig.set_size_inches(min(COLUMN, per_row * size + BAR), height)
     return fig, axes
 
-# %% ../nbs/08_attention.ipynb #a21df022
+# %% ../nbs/10_figures.ipynb #a21df022
 def _heatmap(
     ax, weights: Tensor, rows: Sequence[str] | bool, cols: Sequence[str] | bool, title: str
 ) -> None:
@@ -106,7 +136,7 @@ def _heatmap(
     ax.tick_params(labelsize=LABEL_POINTS, length=0)
     ax.tick_params(axis="x", labelrotation=90)
 
-# %% ../nbs/08_attention.ipynb #96a0da1f
+# %% ../nbs/10_figures.ipynb #96a0da1f
 def plot_heads(
     weights: Tensor,  # (h, Q, K): one layer's weights
     rows: Sequence[str],  # the Q query tokens
@@ -127,20 +157,20 @@ def plot_heads(
     fig, axes = _figure(len(heads), tokens=max(Q, K))
     for ax, head in zip(axes, heads):
         _heatmap(ax, weights[head], list(rows), list(cols), f"head {head}")
-    fig.suptitle(title, wrap=True)
+    fig.suptitle(title, wrap=True, x=0.01, ha="left")  # in sight where a phone scrolls
     return fig
 
-# %% ../nbs/08_attention.ipynb #47822c78
+# %% ../nbs/10_figures.ipynb #47822c78
 def plot_layers(weights: Tensor, title: str = "") -> Figure:
     "Every layer and head of one kind of attention, small and unlabeled: an overview."
     N, h = weights.shape[:2]
     fig, axes = _figure(N * h, tokens=0)
     for i, ax in enumerate(axes):
         _heatmap(ax, weights[i // h, i % h], False, False, f"layer {i // h}, head {i % h}")
-    fig.suptitle(title, wrap=True)
+    fig.suptitle(title, wrap=True, x=0.01, ha="left")  # in sight where a phone scrolls
     return fig
 
-# %% ../nbs/08_attention.ipynb #8ab846f5
+# %% ../nbs/10_figures.ipynb #8ab846f5
 def plot_attention(
     maps: AttentionMaps, kind: str, layer: int | None = None, heads: Sequence[int] | None = None
 ) -> Figure:
@@ -154,7 +184,7 @@ def plot_attention(
     rows, cols = maps.axes(kind)
     return plot_heads(weights[layer], rows, cols, f"{KINDS[kind]}, layer {layer}", heads)
 
-# %% ../nbs/08_attention.ipynb #6db89604
+# %% ../nbs/10_figures.ipynb #6db89604
 def plot_sentence(maps: AttentionMaps, layer: int) -> Figure:
     "Every kind of attention of one layer, each with its heads: what `translate --attention` saves."
     kinds = maps.kinds
@@ -169,17 +199,48 @@ def plot_sentence(maps: AttentionMaps, layer: int) -> Figure:
         rows, cols = maps.axes(kind)
         for head, ax in enumerate(axes):
             _heatmap(ax, maps.weights[kind][layer, head], rows, cols, f"head {head}")
-        part.suptitle(KINDS[kind], fontsize=10)
+        part.suptitle(KINDS[kind], fontsize=10, x=0.01, ha="left")
     source, target = " ".join(maps.src_tokens[1:-1]), " ".join(maps.tgt_tokens[1:])
-    fig.suptitle(f"layer {layer}: {source} -> {target}", wrap=True)
+    fig.suptitle(f"layer {layer}: {source} -> {target}", wrap=True, x=0.01, ha="left")
     return fig
 
-# %% ../nbs/08_attention.ipynb #2d2f1805
+# %% ../nbs/10_figures.ipynb #e20ba76d
+def plot_measures(
+    profile: dict[str, Tensor],  # measure -> (N, h) values from 0 to 1
+    even: dict[str, float],  # measure -> what an evenly spread head scores
+) -> Figure:
+    "Each measure's (N, h) table as a heatmap with its values written in, two to a row."
+    N, h = next(iter(profile.values())).shape
+    rows = -(-len(profile) // 2)
+    height = rows * (0.3 * N + 0.9)
+    fig = AttentionFigure(figsize=(COLUMN, height), layout="constrained")
+    axes = fig.subplots(rows, 2, squeeze=False).flatten()
+    for ax, (name, values) in zip(axes, profile.items()):
+        sns.heatmap(
+            values.float().numpy(),
+            ax=ax,
+            annot=True,
+            fmt=".2f",
+            vmin=0.0,
+            vmax=1.0,
+            cmap="viridis",
+            cbar=False,
+            annot_kws={"size": LABEL_POINTS},
+        )
+        ax.set_title(f"{name} (even: {even[name]:.2f})", fontsize=10)
+        ax.set_xlabel("head", fontsize=LABEL_POINTS)
+        ax.set_ylabel("layer", fontsize=LABEL_POINTS)
+        ax.tick_params(labelsize=LABEL_POINTS, length=0)
+    for ax in axes[len(profile) :]:
+        ax.set_axis_off()  # an odd number of measures leaves one place empty
+    return fig
+
+# %% ../nbs/10_figures.ipynb #2d2f1805
 def _asset(name: str) -> str:
     "A file of the package's assets folder, as text: the interactive view's style and script."
     return resources.files("annotated_transformer").joinpath("assets", name).read_text("utf-8")
 
-# %% ../nbs/08_attention.ipynb #d18592ea
+# %% ../nbs/10_figures.ipynb #d18592ea
 def _controls(sentences: list[str], kinds: list[str], N: int, h: int) -> str:
     "The view's four menus: the sentence, the kind of attention, the layer and the head."
 
@@ -199,7 +260,7 @@ def _controls(sentences: list[str], kinds: list[str], N: int, h: int) -> str:
         for name, pairs in menus
     )
 
-# %% ../nbs/08_attention.ipynb #42c5af68
+# %% ../nbs/10_figures.ipynb #42c5af68
 @dataclass
 class AttentionView:
     "The attention maps of a few sentences (of one model) as one interactive view (HTML)."

@@ -1,11 +1,11 @@
-"""Decoding speed on the CPU: the earlier notebook's way against the cached, batched decoders of
-Part 3.
+"""Decoding speed on the CPU: the earlier notebook's way against the cached, batched searches of
+the engines chapter (fast decoding).
 
 Four ways to translate the same German sentences (test2016 by default), one after the other in one
 run:
 
 (a)  one sentence at a time, re-running the decoder over the whole prefix at every step up to the
-     length limit, as the earlier notebook's `greedy_decode` does (Part 3's readable
+     length limit, as the earlier notebook's `greedy_decode` does (the decoding chapter's readable
      `greedy_decode` without an end symbol);
 (a') the same, but stopping at the end symbol (`greedy_decode` with one): a stronger
      baseline, reported beside (a);

@@ -8,9 +8,9 @@ WMT's: sentence lengths drawn around 25 tokens with a long tail (up to 128), tar
 as their sources, cut by `batching.TokenBatchSampler` into batches of about `--max-tokens` padded
 tokens (25,000 by default, the paper's batch); the timed steps are full batches (the one short batch
 at the end of the length order is left out, as it is one in thousands on WMT). Each setting trains
-its own copy of the model with `training.run_epoch` (Adam with the Noam schedule, label smoothing
+its own copy of the model with `training.train_epoch` (Adam with the Noam schedule, label smoothing
 0.1), and they are timed in alternating rounds (see common.py). One extra setting, bfloat16 with
-Adam updating tensor by tensor (`fused=False`), shows what the fused Adam that `noam_optimizer`
+Adam updating tensor by tensor (`fused=False`), shows what the fused Adam that the trainer
 picks on GPUs saves; "fused loss" settings use `losses.FusedLabelSmoothing`. The peer is common.py's
 `TorchTransformer`: `torch.nn.Transformer` with the same sizes and tied embeddings,
 `F.cross_entropy(label_smoothing=0.1)`, the same fused Adam and schedule, gradients clipped the same
@@ -47,7 +47,7 @@ from annotated_transformer.distributed import (
 )
 from annotated_transformer.losses import FusedLabelSmoothing, LabelSmoothing, sequence_loss
 from annotated_transformer.model import count_parameters
-from annotated_transformer.training import noam_optimizer, run_epoch
+from annotated_transformer.training import noam_optimizer, train_epoch
 from common import PAD, compare, profile_round, torch_transformer_steps
 
 
@@ -142,7 +142,7 @@ def main() -> None:
     ):
         model = copy.deepcopy(base)
         optimizer, scheduler = noam_optimizer(
-            model, model.src_embed[0].d_model, 1.0, 4000, fused=fused_adam
+            model, model.src_embed[0].d_model, 1.0, 4000, fused=fused_adam is not False
         )
         # as train wraps it, alone
         trained = wrap_for_training(model, device, world=1, compile=compile)
@@ -153,7 +153,7 @@ def main() -> None:
         )
 
         def run() -> int:
-            run_epoch(
+            train_epoch(
                 steps,
                 trained,
                 loss_fn,
@@ -163,7 +163,7 @@ def main() -> None:
                 progress=False,
                 autocast_dtype=PRECISIONS[precision],
             )
-            # run_epoch reads the losses back after its last step:
+            # train_epoch reads the losses back after its last step:
             # the GPU has finished when it returns
             return tokens_per_round
 

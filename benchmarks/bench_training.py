@@ -1,7 +1,7 @@
 """Training throughput on the CPU: our step, with and without the fused loss, against the earlier
 notebook's step and against the peer a user would write with torch.nn.Transformer.
 
-- ours: `run_epoch` with `Generator` + `LabelSmoothing` (closed form, no target distribution built)
+- ours: `train_epoch` with `Generator` + `LabelSmoothing` (closed form, no target distribution)
   and the fused attention kernel (`F.scaled_dot_product_attention`); losses read back every 50
   batches.
 - ours, loss read every batch: the same, but the losses read back after every batch
@@ -44,7 +44,7 @@ from annotated_transformer.losses import (
     smoothed_targets,
 )
 from annotated_transformer.model import ModelConfig, MultiHeadedAttention
-from annotated_transformer.training import noam_optimizer, run_epoch
+from annotated_transformer.training import noam_optimizer, train_epoch
 from common import PAD, compare, make_batches, profile_round, torch_transformer_steps
 
 
@@ -102,7 +102,7 @@ def main() -> None:
         optimizer, scheduler = noam_optimizer(model, cfg.d_model, warmup=4000)
 
         def run() -> int:
-            run_epoch(
+            train_epoch(
                 batches, model, loss_fn, optimizer, scheduler, progress=False, read_every=read_every
             )
             return sum(b.ntokens for b in batches)

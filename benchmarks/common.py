@@ -137,7 +137,7 @@ def torch_transformer_steps(
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
-        loss.item()  # wait for the device, as run_epoch does at its last batch
+        loss.item()  # wait for the device, as train_epoch does at its last batch
         return sum(b.ntokens for b in batches)
 
     return run

@@ -5,8 +5,9 @@ What is checked (tests/test_browser.py checks the rendered pages themselves):
 1. Every notebook's first code cell is the same hidden Colab install cell; run here it does nothing,
    run with `google.colab` imported it pip-installs this repository (the one nbs/nbdev.yml names)
    with the `notebooks` extra, which exists and lists what the notebooks import beyond the library.
-2. The chapter table (nbs/index.ipynb, hence README.md) has an "Open in Colab" badge for every
-   chapter, each opening its own notebook.
+2. The chapter table (in the command-line chapter) names every chapter by its title, with an
+   "Open in Colab" badge that opens its own notebook; the landing page (hence README.md) names
+   every chapter by its title too, and its Python example runs.
 3. The renderer: import-only cells are recognized, directives and `#| hide` cells go, exported cells
    are labelled with their module, the table of contents nests by heading level, and KaTeX is
    checked against its pinned hash and unpacked file by file (a tampered download is refused).
@@ -14,8 +15,10 @@ What is checked (tests/test_browser.py checks the rendered pages themselves):
    order.
 5. The page tells the truth (tools/prose.py): every figure our prose cites is shown on its page (a
    quote, the code or an output), the attention chapter names only heads and layers its model has,
-   Part I's prose and the landing page keep to their word budgets, no code line is wider than
-   100 columns, and README.md is the landing page followed by the command-line chapter.
+   Part I keeps to its budgets (words, code lines, no engine terms on its path: tools/prose.py
+   --budgets), quoted outputs and minutes are on their page, floats are rounded, nothing tells how
+   the book was made, no code line is wider than 100 columns, and README.md is the landing page,
+   short.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import ast
 import gzip
 import importlib.util
 import io
+import re
 import subprocess
 import sys
 import tarfile
@@ -130,7 +134,6 @@ def test_the_chapter_table_has_a_colab_badge_for_every_chapter(render) -> None:
         for c in nbformat.read(nb, as_version=4).cells
         if "| notebook | module |" in c.source
     )
-    readme = (ROOT / "README.md").read_text()
     for nb in NOTEBOOKS[1:]:
         [row] = [
             line
@@ -139,7 +142,8 @@ def test_the_chapter_table_has_a_colab_badge_for_every_chapter(render) -> None:
         ]
         badge = f"[![Open in Colab]({render.COLAB_BADGE})]({render.colab_url(nb)})"
         assert badge in row, f"{nb.name}: no Colab badge in its row of the chapter table"
-        assert badge in readme
+        name = render.title(nbformat.read(nb, as_version=4), nb.stem)
+        assert row.startswith(f"| [{name}]({nb.name})"), f"{nb.name}: the table names it otherwise"
     assert render.colab_url(NOTEBOOKS[1]) == (
         "https://colab.research.google.com/github/annotated-transformer/annotated-transformer/blob/main/nbs/01_model.ipynb"
     )
@@ -171,6 +175,7 @@ def test_prepare_drops_hidden_cells_and_directives_and_labels_exported_ones(rend
             nbformat.v4.new_markdown_cell("# Title"),
             nbformat.v4.new_code_cell("#| default_exp model"),
             nbformat.v4.new_code_cell("#| hide\nimport secret"),
+            nbformat.v4.new_markdown_cell("#| export\n#| hide\nThe package map, hidden."),
             nbformat.v4.new_code_cell("#| export\nimport torch"),
             nbformat.v4.new_code_cell("#| export\ndef f():\n    return 1"),
             nbformat.v4.new_code_cell("f()"),
@@ -264,8 +269,36 @@ def prose():
 
 
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_every_figure_the_prose_cites_is_on_its_page(prose, nb_path: Path) -> None:
-    assert prose.missing_figures(nb_path) == [], f"{nb_path.name} cites figures it does not show"
+def test_every_page_shows_what_its_prose_cites(prose, nb_path: Path) -> None:
+    "Figures, quoted outputs and minutes on the page; floats rounded; nothing about its making."
+    assert prose.problems(nb_path) == [], f"{nb_path.name}: tools/prose.py --check {nb_path}"
+
+
+def page_of(tmp_path: Path, markdown: str, output: str, name: str = "05_page.ipynb") -> Path:
+    "A one-chapter notebook: a Markdown cell, then a code cell that printed `output`."
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(markdown), nbformat.v4.new_code_cell("print(x)")]
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text=output)]
+    path = tmp_path / name
+    nbformat.write(nb, path)
+    return path
+
+
+def test_the_check_finds_quotes_minutes_floats_and_notes_on_the_making(
+    prose, tmp_path: Path
+) -> None:
+    prose_text = (
+        'It translates "A man rides a bike." well, and "A woman carrying a bag" badly, '
+        "in about 5 minutes. The issue that asked for this chapter was filed in commit 6c19bc3."
+    )
+    printed = "A man rides a bike.\nA woman wearing a bag\ntook 18.2 min; loss 2.747514843940735\n"
+    page = page_of(tmp_path, prose_text, printed)
+    assert prose.missing_quotes(page) == ["A woman carrying a bag"]
+    assert prose.missing_minutes(page) == ["5 minutes"]
+    assert prose.long_floats(page) == ["2.747514843940735"]
+    assert prose.making_of(page) == ["The issue that", "commit 6c19bc3"]
+    fixed = "It translates *A woman wearing a bag*, in about 18 minutes; loss 2.75."
+    assert prose.problems(page_of(tmp_path, fixed, "A woman wearing a bag\n18.2 min\n")) == []
 
 
 def test_the_figure_check_finds_a_figure_the_page_does_not_show(prose, tmp_path: Path) -> None:
@@ -289,11 +322,72 @@ def test_the_attention_chapter_names_only_heads_and_layers_its_model_has(prose) 
     assert all(layer < model.N for layer in prose.named(chapter, prose.LAYERS))
 
 
-def test_part_one_and_the_landing_page_keep_to_their_word_budgets(prose) -> None:
-    part_one = [nb for nb in NOTEBOOKS if nb.name[:2] in prose.PART_I]
-    assert len(part_one) == 8
-    assert sum(prose.chapter_words(nb)[0] for nb in part_one) <= 12_000
-    assert prose.chapter_words(ROOT / "nbs" / "index.ipynb")[0] <= 800
+def test_part_one_and_the_landing_page_keep_to_their_budgets(prose) -> None:
+    """Part I: 6,000 words of ours, 1,600 code lines shown, no engine term outside a folded note
+    of at most 120 words; the landing page: 600 words (python tools/prose.py --budgets)."""
+    assert len(prose.part_one(ROOT / "nbs")) == 8
+    assert prose.over_budget(ROOT / "nbs") == []
+
+
+def test_the_budgets_count_what_a_reader_reads(prose, tmp_path: Path) -> None:
+    note = "<details><summary>Why</summary>" + "word " * 130 + "torch.compile</details>"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell(
+            "# Title\n\nSix words of ours, then rank.\n> The paper's words are not ours.\n" + note
+        ),
+        nbformat.v4.new_markdown_cell("#| hide\nHidden words are nobody's reading."),
+        nbformat.v4.new_code_cell("#| hide\nimport os\nimport sys"),
+        nbformat.v4.new_code_cell("#| echo: false\nfigure()"),
+        nbformat.v4.new_code_cell("#| export\nimport torch\n\n\ndef f():\n    return 1"),
+    ]
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    nbformat.write(nb, nbs / "03_chapter.ipynb")
+    nbformat.write(nbformat.v4.new_notebook(), nbs / "index.ipynb")
+    chapter = nbs / "03_chapter.ipynb"
+    assert prose.chapter_words(chapter) == (8, 133)  # title + six words; the note's 133
+    assert prose.code_lines(chapter) == 3  # the exported cell's three non-blank lines
+    assert prose.folded_notes(chapter) == [133]
+    assert prose.engine_terms(chapter) == ["rank"]  # the note's torch.compile is allowed
+    assert prose.over_budget(nbs) == [
+        "03_chapter: 'rank' x1 outside a folded note",
+        "03_chapter: a folded note of 133 words",
+    ]
+
+
+def test_the_landing_page_names_every_chapter_by_its_title(render) -> None:
+    "The reading path's link texts are the chapters' titles, as the sidebar shows them."
+    index = nbformat.read(ROOT / "nbs" / "index.ipynb", as_version=4)
+    markdown = "\n".join(c.source for c in index.cells if c.cell_type == "markdown")
+    links = dict(
+        (target, text)
+        for text, target in re.findall(r"\[([^\]]+)\]\((\d\d_\w+\.ipynb)\)", markdown)
+    )
+    numbered = [nb for nb in NOTEBOOKS if nb.name != "index.ipynb"]
+    titles = {nb.name: render.title(nbformat.read(nb, as_version=4), nb.stem) for nb in numbered}
+    assert set(links) == set(titles), "the landing page links every chapter"
+    assert {name: links[name] for name in titles} == titles
+
+
+def test_the_landing_page_python_example_runs(tiny_checkpoint: Path, capsys) -> None:
+    "The five lines of its third door, on a checkpoint trained here."
+    index = nbformat.read(ROOT / "nbs" / "index.ipynb", as_version=4)
+    markdown = "\n".join(c.source for c in index.cells if c.cell_type == "markdown")
+    [example] = re.findall(r"```python\n(.*?)```", markdown, flags=re.S)
+    assert len(example.strip().splitlines()) <= 5
+    assert "runs/quick/last.pt" in example  # the file the commands above it write
+    exec(example.replace("runs/quick/last.pt", str(tiny_checkpoint)), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 1 and printed[0].strip()
+
+
+def test_the_readme_is_short_and_says_each_thing_once() -> None:
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    headings = [line for line in lines if line.startswith("#")]
+    assert len(lines) <= 200
+    assert len(headings) == len(set(headings))
+    assert "bash tools/test.sh" in "\n".join(lines)  # the test command CI runs
 
 
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -308,10 +402,10 @@ def test_no_code_line_is_wider_than_100_columns(nb_path: Path) -> None:
     assert wide == [], f"{nb_path.name}: {len(wide)} code lines over 100 columns"
 
 
-def test_the_readme_is_the_landing_page_and_the_command_line_chapter() -> None:
+def test_the_readme_is_the_landing_page() -> None:
     spec = importlib.util.spec_from_file_location("readme", ROOT / "tools" / "readme.py")
     readme = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(readme)
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert text == readme.readme_text(), "README.md is stale: run python tools/readme.py"
-    assert text.index("# annotated-transformer") < text.index("## The Project and Its Command Line")
+    assert text.index("# annotated-transformer") < text.index("## The reading path")

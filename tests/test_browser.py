@@ -36,6 +36,13 @@ What is checked, on the rendered pages:
 12. Screenshots of every page, whole, at 1400 and 420 px wide go to
     test-artifacts/screenshots/<page>-1400.png and <page>-420.png; no page scrolls sideways at
     either width.
+13. The page says what it means: Markdown tables render as tables (no row of raw `|` pipes), no
+    `#| hide` cell is shown, and at 420 px every output box that scrolls sideways says so (a
+    label from book.js) while nothing in one is blank (each image has a size); at 1400 px none
+    needs to.
+14. The front door: the landing page's first screen (1400 x 900) shows what this is and its three
+    doors, each with its first step: read (a link to the first chapter), run (the commands),
+    use (the Python example).
 
 The book comes from tools/render.py (the main job). tools/test.sh renders it into
 test-artifacts/tutorial and names the folder in $TUTORIAL_DIR; without it, this module renders the
@@ -634,3 +641,63 @@ def test_screenshots_of_every_page_at_two_widths(tutorial: Path, page) -> None:
             if scroll_width > width + 1:
                 sideways.append(f"{nb.stem} at {width} px: {scroll_width} px wide")
     assert sideways == [], f"pages that scroll sideways: {sideways}"
+
+
+def test_tables_render_and_hidden_cells_stay_hidden(tutorial: Path, page) -> None:
+    hidden = [  # the first sentence of each hidden Markdown cell of the landing page
+        " ".join(line for line in cell.source.splitlines() if not line.startswith("#|"))
+        .replace("`", "")
+        .split(". ")[0]
+        for cell in nbformat.read(ROOT / "nbs" / "index.ipynb", as_version=4).cells
+        if cell.cell_type == "markdown" and re.search(r"^#\|\s*hide\b", cell.source, re.M)
+    ]
+    assert hidden, "the landing page has its hidden package map"
+    for nb in notebooks():
+        open_page(page, tutorial, nb.with_suffix(".html").name)
+        text = page.locator("main").inner_text()
+        pipes = re.findall(r"(?m)^\s*\|.*\|\s*$", text)
+        assert pipes == [], f"{nb.stem} shows a table as raw pipes: {pipes[0][:80]}"
+        if nb.name == "index.ipynb":
+            assert not any(sentence in text for sentence in hidden), "a hidden cell is shown"
+
+
+def scrolling_boxes(page) -> list[dict]:
+    "Each output box that scrolls sideways: whether it says so, and its images' sizes."
+    page.wait_for_function("document.documentElement.dataset.scrollHints === 'done'")
+    return page.locator("body.book .jp-OutputArea-output").evaluate_all(
+        """boxes => boxes.filter(b => b.scrollWidth > b.clientWidth + 1).map(b => ({
+            labelled: b.classList.contains("book-scrolls")
+                && getComputedStyle(b, "::before").content.includes("scroll"),
+            images: [...b.querySelectorAll("img")].map(i => [i.naturalWidth, i.clientHeight]),
+        }))"""
+    )
+
+
+def test_figures_that_scroll_on_a_phone_say_so_and_none_is_blank(tutorial: Path, page) -> None:
+    for width in (WIDE, NARROW):
+        resize(page, width)
+        for nb in notebooks():
+            open_page(page, tutorial, nb.with_suffix(".html").name)
+            boxes = scrolling_boxes(page)
+            if width == WIDE:
+                assert boxes == [], f"{nb.stem}: an output scrolls at {WIDE} px"
+            assert all(box["labelled"] for box in boxes), f"{nb.stem}: a box scrolls unlabelled"
+            sizes = [size for box in boxes for size in box["images"]]
+            assert all(w > 0 and h > 20 for w, h in sizes), f"{nb.stem}: a blank figure {sizes}"
+
+
+def test_the_landing_page_opens_with_three_doors(tutorial: Path, page) -> None:
+    resize(page, WIDE)
+    open_page(page, tutorial, "index.html")
+    first_screen = 900
+    doors = {
+        "read": page.locator("main a[href='01_model.html']").first,
+        "run": page.locator("main pre", has_text="annotated-transformer train").first,
+        "use": page.locator("main pre", has_text="Translator.from_checkpoint").first,
+    }
+    for door, element in doors.items():
+        box = element.bounding_box()
+        assert box is not None and box["y"] + box["height"] <= first_screen, (
+            f"the {door} door is not on the first screen: {box}"
+        )
+    page.screenshot(path=ARTIFACTS / "book-index-first-screen.png")

@@ -6,7 +6,8 @@
    `save_checkpoint` and `load_checkpoint` field by field; what the trainer writes (last.pt and the
    weights-only epochK.pt) loads with PyTorch's restricted unpickler.
 3. Older checkpoints still load: the layouts of versions 0.1 and 0.2, written with torch.save as
-   those versions wrote them, read by `load_checkpoint` and `Translator.from_checkpoint`.
+   those versions wrote them, read by `load_checkpoint` and `Translator.from_checkpoint`; the
+   training loop's counts under their old names (`train_state_from_dict`).
 4. Safety and consistency: a planted pickle payload is refused and never runs, temporary files
    are unique and get the umask's permissions, a failed write leaves the old file, and files that
    are not checkpoints or do not fit their configuration get clear one-line errors.
@@ -32,6 +33,7 @@ from annotated_transformer.checkpoint import (
     load_checkpoint,
     rng_state,
     save_checkpoint,
+    train_state_from_dict,
 )
 from annotated_transformer.config import RuntimeOptions, TrainConfig, run_model
 from annotated_transformer.data import SPECIALS, Vocab
@@ -273,6 +275,23 @@ def test_older_checkpoints_still_load(version: str, tmp_path: Path) -> None:
     [tokens] = translator.translate(["Ein Mann sieht einen Ball."])
     assert set(tokens) <= set(ckpt.tgt_vocab.itos) - {"<unk>"}
     assert translator.src_tokenizer.tokenize(["Ein Mann."]) == [["Ein", "Mann", "."]]
+
+
+def test_train_state_from_dict_reads_new_and_version_0_1_names():
+    state = TrainState(batches=13, optimizer_steps=6, samples=59, tokens=1234)
+    assert train_state_from_dict(asdict(state)) == state
+    old = {"step": 13, "accum_step": 6, "samples": 59, "tokens": 1234}  # version 0.1's names
+    assert train_state_from_dict(old) == state
+    assert train_state_from_dict({"step": 13, "optimizer_steps": 6}) == TrainState(
+        batches=13, optimizer_steps=6
+    )
+    assert train_state_from_dict({}) == TrainState()
+    with pytest.raises(
+        ValueError, match=r"both the old and the new name of a count in \['batches', 'step'\]"
+    ):
+        train_state_from_dict({"step": 13, "batches": 13})
+    with pytest.raises(TypeError, match="epochs"):
+        train_state_from_dict({"epochs": 2})
 
 
 # ======================================================================== 4. safety and consistency

@@ -10,6 +10,9 @@
 6. A beam wider than the vocabulary (or than what banning leaves of it): the search stays exact.
 7. `greedy_decode`, the version to read: batch = one sentence at a time, end symbols, early stop,
    errors.
+8. Part I and the engine agree: `greedy_decode` and `greedy_search` find the same tokens,
+   `beam_decode` and `beam_search` the same hypotheses with the same scores, on models whose
+   outputs are not trivial (a copy-trained one, random ones of different lengths).
 
 Checkpoint averaging, which used to live in decoding, is tested in tests/test_checkpoint.py.
 """
@@ -24,17 +27,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from annotated_transformer.batching import copy_task_batches
 from annotated_transformer.decoding import (
     CachedDecoder,
     Decoder,
     Hypothesis,
     PrefixDecoder,
+    beam_decode,
     beam_search,
+    greedy_decode,
     greedy_search,
     length_penalty,
 )
-from annotated_transformer.batching import copy_task_batches
-from annotated_transformer.decoding import greedy_decode
 from annotated_transformer.losses import LabelSmoothing, sequence_loss
 from annotated_transformer.model import ModelConfig, subsequent_mask
 from annotated_transformer.training import noam_optimizer, run_epoch
@@ -181,13 +185,18 @@ def test_greedy_cached_equals_uncached(norm_first: bool) -> None:
     assert any(t[-1] == END for t, _ in fast)
 
 
-def test_greedy_matches_part2_greedy_decode_and_scores_are_log_probabilities() -> None:
+def up_to_end(row: list[int], end: int = END) -> list[int]:
+    "A row of `greedy_decode` (start symbol dropped) read up to its first end symbol."
+    return row[: row.index(end) + 1] if end in row else row
+
+
+def test_greedy_search_scores_are_log_probabilities() -> None:
     model = random_model()
     src, src_mask = random_batch()
     found = greedy_search(model, src, src_mask, 12, START, END)
     reference = greedy_decode(model, src, src_mask, 12, START, END, pad=PAD)
-    for i, ((tokens, score), row) in enumerate(zip(found, reference.tolist())):
-        assert tokens == [t for t in row[1:] if t != PAD]
+    for i, ((tokens, score), row) in enumerate(zip(found, reference[:, 1:].tolist())):
+        assert tokens == up_to_end(row)
         # the score is the model's log-probability of the tokens
         ys = torch.tensor([[START, *tokens]])
         with torch.no_grad():
@@ -275,50 +284,6 @@ def test_beam_scores_are_normalized_log_probabilities() -> None:
                 )
             total = logp[0, torch.arange(len(tokens)), ys[0, 1:]].sum().item()
             assert score == pytest.approx(total / length_penalty(len(tokens), 0.6), abs=1e-4)
-
-
-def reference_beam_search(
-    model, src, src_mask, max_len: int, K: int, alpha: float, start: int = START, end: int = END
-):
-    "The same algorithm for one sentence, written plainly: no batch, no cache, no tensors of beams."
-    memory = model.encode(src, src_mask)
-    beams, finished = [([], 0.0)], []
-    for t in range(1, max_len):
-        candidates = []
-        for tokens, total in beams:
-            ys = torch.tensor([[start, *tokens]])
-            with torch.no_grad():
-                logp = model.generator(
-                    model.decode(memory, src_mask, ys, subsequent_mask(len(tokens) + 1))
-                )[0, -1]
-            candidates += [(total + lp, tokens + [v]) for v, lp in enumerate(logp.tolist())]
-        candidates = sorted(candidates, key=lambda c: -c[0])[: 2 * K]
-        finished += [
-            (tokens, total / length_penalty(len(tokens), alpha))
-            for total, tokens in candidates[:K]
-            if tokens[-1] == end
-        ]
-        if len(finished) >= K:
-            break
-        beams = [(tokens, total) for total, tokens in candidates if tokens[-1] != end][:K]
-        if t + 1 >= max_len:
-            finished += [
-                (tokens, total / length_penalty(len(tokens), alpha)) for tokens, total in beams
-            ]
-    return sorted(finished, key=lambda h: -h[1])[:K]
-
-
-@pytest.mark.parametrize("K", [2, 4])
-@pytest.mark.parametrize("alpha", [0.0, 0.6])
-def test_beam_search_matches_a_plain_reference(K: int, alpha: float) -> None:
-    model = random_model()
-    src, src_mask = random_batch()
-    found = beam_search(model, src, src_mask, 10, START, END, beam_size=K, alpha=alpha)
-    for i, hypotheses in enumerate(found):
-        expected = reference_beam_search(model, src[i : i + 1], src_mask[i : i + 1], 10, K, alpha)
-        assert [t for t, _ in hypotheses] == [t for t, _ in expected]
-        for (_, a), (_, b) in zip(hypotheses, expected):
-            assert a == pytest.approx(b, abs=1e-4)
 
 
 def tiny_model(seed: int = 27):
@@ -548,14 +513,14 @@ def test_an_alpha_whose_length_penalty_overflows_is_refused_before_decoding() ->
 # ============================================================== 6. a beam wider than the vocabulary
 @pytest.mark.parametrize("K", [5, 7, 12])
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
-def test_a_beam_wider_than_the_vocabulary_matches_the_plain_reference(K: int, alpha: float) -> None:
+def test_a_beam_wider_than_the_vocabulary_matches_part_one(K: int, alpha: float) -> None:
     """V = 4 < K: at the first steps there are fewer real candidates than beams; the rest stay at
     -inf and never surface."""
     model = tiny_model(27)
     src, mask = torch.tensor([[1, 2, 3, 2]]), torch.ones(1, 1, 4, dtype=torch.bool)
     for max_len in (2, 3, 6):
         found = beam_search(model, src, mask, max_len, 0, 1, beam_size=K, alpha=alpha)[0]
-        expected = reference_beam_search(model, src, mask, max_len, K, alpha, start=0, end=1)
+        expected = beam_decode(model, src, mask, max_len, 0, 1, beam_size=K, alpha=alpha)
         assert [t for t, _ in found] == [t for t, _ in expected]
         assert all(math.isfinite(score) for _, score in found)
         for (_, a), (_, b) in zip(found, expected):
@@ -591,7 +556,7 @@ def copy_model():
     opt, sched = noam_optimizer(model, 16, factor=1.0, warmup=50)
     batches = copy_task_batches(V, 32, 150, seq_len=8, rng=torch.Generator().manual_seed(0))
     loss = sequence_loss(LabelSmoothing(V, PAD, 0.0), model.generator)
-    run_epoch(batches, model, loss, opt, sched, progress=False)
+    run_epoch(batches, model, loss, opt, sched)
     model.eval()
     return model
 
@@ -649,15 +614,11 @@ def test_greedy_decode_with_end_symbol_matches_one_at_a_time(copy_model):
         )
         n = alone.size(1)
         torch.testing.assert_close(ys[i, :n], alone[0])
-        assert (ys[i, n:] == PAD).all()
+        # the batch stops only once every row has ended: before that, each row is the free decode
+        assert ys[i].tolist() == free[i, : ys.size(1)].tolist()
         hits = (ys[i] == end).nonzero().flatten().tolist()
-        if hits:  # everything after the first end symbol is padding, and before it the free decode
-            first = hits[0]
-            assert (ys[i, first + 1 :] == PAD).all()
-            assert ys[i, : first + 1].tolist() == free[i, : first + 1].tolist()
-            assert alone.size(1) == first + 1  # a lone row stops at its end symbol
-        else:
-            assert ys[i].tolist() == free[i, : ys.size(1)].tolist()
+        if hits:  # a lone row stops at its end symbol
+            assert alone.size(1) == hits[0] + 1
     assert (ys[1] == end).any()
 
 
@@ -701,20 +662,9 @@ def test_greedy_decode_stops_rows_at_end_symbol_and_ends_early():
         end_symbol=4,
         pad=0,
     )
-    torch.testing.assert_close(ys, torch.tensor([[1, 5, 4, 0], [1, 3, 6, 4], [1, 4, 0, 0]]))
+    # rows that ended go on until every row has: each is read up to its end symbol
+    torch.testing.assert_close(ys, torch.tensor([[1, 5, 4, 3], [1, 3, 6, 4], [1, 4, 6, 6]]))
     assert m.decode_calls == 3  # stopped once every row had ended, not after max_len - 1 steps
-
-
-def test_greedy_decode_without_pad_fills_with_end_symbol():
-    ys = greedy_decode(
-        Scripted(),
-        scripted_src(),
-        torch.ones(3, 1, 9, dtype=torch.bool),
-        max_len=10,
-        start_symbol=1,
-        end_symbol=4,
-    )
-    torch.testing.assert_close(ys, torch.tensor([[1, 5, 4, 4], [1, 3, 6, 4], [1, 4, 4, 4]]))
 
 
 def test_greedy_decode_runs_to_max_len_without_end_symbol():
@@ -742,8 +692,8 @@ def test_greedy_decode_row_that_never_ends_reaches_max_len():
     )
     assert ys.shape == (3, 7)
     torch.testing.assert_close(ys[1], torch.tensor([1, 3, 3, 3, 3, 3, 3]))
-    torch.testing.assert_close(ys[0], torch.tensor([1, 5, 4, 0, 0, 0, 0]))
-    torch.testing.assert_close(ys[2], torch.tensor([1, 4, 0, 0, 0, 0, 0]))
+    torch.testing.assert_close(ys[0], torch.tensor([1, 5, 4, 3, 3, 3, 3]))
+    torch.testing.assert_close(ys[2], torch.tensor([1, 4, 6, 6, 6, 6, 6]))
 
 
 def test_greedy_decode_max_len_one_is_the_start_symbol():
@@ -758,7 +708,68 @@ def test_greedy_decode_rejects_start_symbol_equal_to_pad():
         greedy_decode(Scripted(), scripted_src(), None, 5, start_symbol=0, pad=0)
 
 
-@pytest.mark.parametrize("max_len", [0, -1])
-def test_greedy_decode_rejects_max_len_below_one(max_len):
-    with pytest.raises(ValueError, match=f"max_len must be at least 1, got {max_len}"):
-        greedy_decode(Scripted(), scripted_src(), None, max_len, start_symbol=1)
+# ================================================================ 8. Part I and the engine agree
+@pytest.fixture(scope="module")
+def agreement_cases(copy_model):
+    """name -> (model, src, src_mask, start, end): the copy-trained model, whose outputs copy the
+    source, and random models (post-norm and pre-norm) whose outputs end at different steps."""
+    _, copy_src = padded_sources()
+    copy_mask = (copy_src != PAD).unsqueeze(-2)
+    # the copy task has no end symbol: a token the model writes second in row 1 stands in for one
+    end = greedy_decode(copy_model, copy_src, copy_mask, 10, start_symbol=1)[1, 2].item()
+    cases = {"copy-trained": (copy_model, copy_src, copy_mask, 1, end)}
+    src, src_mask = random_batch(B=6)
+    for norm_first in (False, True):
+        model = random_model(norm_first=norm_first)
+        cases[f"random-{'pre' if norm_first else 'post'}-norm"] = (model, src, src_mask, START, END)
+    return cases
+
+
+CASES = ["copy-trained", "random-post-norm", "random-pre-norm"]
+
+
+def assert_not_trivial(outputs: list[list[int]], end: int) -> None:
+    "Outputs that could tell two searches apart: of different lengths, with more than one token."
+    assert len({len(o) for o in outputs}) > 1, outputs
+    assert len({t for o in outputs for t in o} - {end}) > 1, outputs
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("cached", [True, False])
+def test_part_one_greedy_decode_equals_greedy_search(agreement_cases, case, cached: bool) -> None:
+    model, src, src_mask, start, end = agreement_cases[case]
+    reference = greedy_decode(model, src, src_mask, 10, start, end_symbol=end)
+    found = greedy_search(model, src, src_mask, 10, start, end, cached=cached)
+    expected = [up_to_end(row, end) for row in reference[:, 1:].tolist()]
+    assert [tokens for tokens, _ in found] == expected
+    assert_not_trivial(expected, end)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("K", [1, 2, 3, 4])
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_part_one_beam_decode_equals_beam_search(agreement_cases, case, K, alpha) -> None:
+    model, src, src_mask, start, end = agreement_cases[case]
+    for cached in (True, False):
+        found = beam_search(
+            model, src, src_mask, 10, start, end, beam_size=K, alpha=alpha, cached=cached
+        )
+        for i, hypotheses in enumerate(found):
+            one = beam_decode(model, src[i : i + 1], src_mask[i : i + 1], 10, start, end, K, alpha)
+            assert [h.tokens for h in hypotheses] == [h.tokens for h in one]
+            assert [h.score for h in hypotheses] == pytest.approx([h.score for h in one], abs=1e-5)
+    assert_not_trivial([h.tokens for hypotheses in found for h in hypotheses], end)
+    if K > 1:  # several hypotheses per sentence, not one
+        assert max(len(hypotheses) for hypotheses in found) > 1
+
+
+def test_part_one_beam_decode_finds_what_greedy_misses() -> None:
+    """On the tiny model where greedy decoding misses the best output, beam_decode with a wide beam
+    finds it, as beam_search does: the agreement above is not that of two greedy searches."""
+    model = tiny_model(27)
+    src, mask = torch.tensor([[1, 2, 3, 2]]), torch.ones(1, 1, 4, dtype=torch.bool)
+    greedy = greedy_decode(model, src, mask, 5, 0)[0, 1:].tolist()
+    [best, *_] = beam_decode(model, src, mask, 5, 0, 1, beam_size=16, alpha=0.6)
+    assert best.tokens != up_to_end(greedy, 1)
+    tokens, score = beam_search(model, src, mask, 5, 0, 1, beam_size=16, alpha=0.6)[0][0]
+    assert best.tokens == tokens and best.score == pytest.approx(score, abs=1e-5)

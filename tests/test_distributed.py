@@ -1,4 +1,4 @@
-"""Tests for data-parallel training (annotated_transformer.distributed, and the lines of run_epoch
+"""Tests for data-parallel training (annotated_transformer.distributed, and the lines of train_epoch
 and train it relies on).
 
 Part 6 (nbs/17_distributed.ipynb) shows with real two-process runs that two processes train what one
@@ -39,7 +39,7 @@ from annotated_transformer.distributed import default_precision, unwrap
 from annotated_transformer.losses import LabelSmoothing, sequence_loss
 from annotated_transformer.model import ModelConfig
 from annotated_transformer.trainer import train
-from annotated_transformer.training import run_epoch
+from annotated_transformer.training import train_epoch
 
 TINY = ["--model", "tiny", "--dropout", "0", "--warmup", "20", "--quiet"]
 QUIET = RuntimeOptions(progress=False)
@@ -71,14 +71,14 @@ def _count_gradient_all_reduces(
         data = torch.randint(3, 20, (4, 8), generator=g)
         data[:, 0] = 1
         batches.append(Batch(data, data, pad=0))
-    run_epoch(
+    train_epoch(
         batches,
         model,
         sequence_loss(LabelSmoothing(20, 0, 0.1), unwrap(model).generator),
         torch.optim.SGD(model.parameters(), lr=0.1),
         accum_iter=accum_iter,
         progress=False,
-        world=world,  # run_epoch is told that it runs in a group: it does not look
+        world=world,  # train_epoch is told that it runs in a group: it does not look
     )
     Path(out, f"rank{rank}").write_text(str(len(calls)))
     torch.distributed.destroy_process_group()
@@ -200,6 +200,9 @@ def test_bfloat16_trains_close_to_float32(data_dir: Path, tmp_path: Path) -> Non
         epochs=2,
         max_tokens=400,
         warmup=10,
+        # half the default learning rate: at the full one this tiny model's second epoch depends
+        # on the rounding of single steps (a last-bit change moves its loss by 2%)
+        factor=0.5,
     )
     quiet = dict(pairs=pairs, log=lambda _: None)
     fp32 = train(tmp_path / "fp32", config, options=QUIET, **quiet).history
@@ -243,7 +246,7 @@ def test_float16_trains_with_a_gradient_scaler_that_is_saved(
 
 
 def test_compile_trains_the_same_model(data_dir: Path, tmp_path: Path) -> None:
-    # one SGD step through run_epoch: the compiled model computes the same gradients (Adam would
+    # one SGD step through train_epoch: the compiled model computes the same gradients (Adam would
     # magnify rounding)
     torch.manual_seed(0)
     eager = ModelConfig(N=1, d_model=32, d_ff=64, h=2, dropout=0.0).build(20, 20)
@@ -251,7 +254,7 @@ def test_compile_trains_the_same_model(data_dir: Path, tmp_path: Path) -> None:
     data = torch.randint(3, 20, (16, 10))
     data[:, 0], data[8:, 7:] = 1, 0
     for model in (eager, torch.compile(compiled_copy)):
-        run_epoch(
+        train_epoch(
             [Batch(data, data, pad=0)],
             model,
             sequence_loss(LabelSmoothing(20, 0, 0.1), unwrap(model).generator),

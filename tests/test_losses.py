@@ -5,8 +5,8 @@ What is checked:
    log-probabilities, padding, negative padding indices, clear errors on bad labels, and the
    difference from PyTorch's own `label_smoothing`.
 2. `FusedLabelSmoothing`: the readable path's loss and gradients from the decoder's outputs, chunk
-   by chunk, tied weights, no gradients, bfloat16, through run_epoch, and clear errors.
-3. `sequence_loss`: the loss function run_epoch calls, over every target position of a batch.
+   by chunk, tied weights, no gradients, bfloat16, through train_epoch, and clear errors.
+3. `sequence_loss`: the loss function the training loops call, over every target position.
 
 Everything runs on a CPU in a few seconds with tiny models, and needs no data or network.
 """
@@ -29,7 +29,7 @@ from annotated_transformer.losses import (
     smoothed_targets,
 )
 from annotated_transformer.model import Generator, ModelConfig
-from annotated_transformer.training import run_epoch
+from annotated_transformer.training import train_epoch
 
 V = 11  # vocabulary of the tiny models: 0 padding, 1 start, 2..10 content
 PAD = 0
@@ -222,14 +222,14 @@ def test_label_smoothing_rejects_bad_smoothing(smoothing):
 
 @pytest.mark.parametrize("size", [1, 2])
 def test_label_smoothing_rejects_tiny_vocabulary(size):
-    with pytest.raises(ValueError, match=f"at least 3 .*size={size}"):
+    with pytest.raises(ValueError, match=f"at least 3, got size={size}"):
         LabelSmoothing(size, 0, 0.1)
 
 
 @pytest.mark.parametrize("shape", [(10,), (4, 9), (4, 11), (2, 3, 10)])
 def test_label_smoothing_rejects_wrong_input_shape(shape):
     crit = LabelSmoothing(10, 0, 0.1)
-    with pytest.raises(ValueError, match=r"expected log-probabilities of shape \(N, 10\)"):
+    with pytest.raises(ValueError, match=r"expected log-probabilities \(N, 10\) and N labels"):
         crit(torch.randn(*shape), torch.ones(shape[0], dtype=torch.long))
 
 
@@ -262,10 +262,7 @@ def test_label_smoothing_negative_padding_idx_counts_from_the_end(smoothing):
 
 @pytest.mark.parametrize("padding_idx", [10, 11, -11, -100])
 def test_label_smoothing_rejects_padding_idx_outside_vocabulary(padding_idx):
-    message = (
-        rf"^padding_idx={padding_idx} is outside the vocabulary of size 10: "
-        r"it must be in \[-10, 10\)$"
-    )
+    message = rf"^padding_idx={padding_idx} is outside \[-10, 10\), the vocabulary$"
     with pytest.raises(ValueError, match=message):
         LabelSmoothing(10, padding_idx, 0.1)
     with pytest.raises(ValueError, match=message):
@@ -280,7 +277,7 @@ def test_label_smoothing_rejects_labels_that_are_not_integer_ids(dtype):
     with pytest.raises(
         TypeError,
         match=rf"^labels must be integer class ids \(int64 or int32\), "
-        rf"got dtype {re.escape(str(dtype))}$",
+        rf"got {re.escape(str(dtype))}$",
     ):
         crit(logp, target.to(dtype))
     with pytest.raises(TypeError, match=re.escape(str(dtype))):
@@ -309,7 +306,7 @@ def test_label_smoothing_rejects_a_label_count_unlike_the_rows(shape, smoothing)
     crit = LabelSmoothing(10, 0, smoothing)
     with pytest.raises(
         ValueError,
-        match=r"^expected one label per row of the log-probabilities, shape \(4,\), got "
+        match=r"^expected log-probabilities \(N, 10\) and N labels, got \(4, 10\) and "
         + re.escape(str(shape)),
     ):
         crit(F.log_softmax(torch.randn(4, 10), dim=-1), torch.ones(shape, dtype=torch.long))
@@ -418,7 +415,7 @@ def test_fused_label_smoothing_under_bfloat16_autocast_is_close():
     torch.testing.assert_close(h2.grad, h.grad, rtol=5e-2, atol=5e-2)
 
 
-def test_run_epoch_with_fused_loss_trains_like_the_readable_path():
+def test_train_epoch_with_fused_loss_trains_like_the_readable_path():
     batches = padded_batches()
     readable, fused = tiny_model(), tiny_model()
     results = []
@@ -429,9 +426,9 @@ def test_run_epoch_with_fused_loss_trains_like_the_readable_path():
         # not Adam: it would blow up rounding noise in zero gradients
         opt = torch.optim.SGD(model.parameters(), lr=0.5)
         results.append(
-            [run_epoch(batches, model, loss_fn, opt, progress=False)[0] for _ in range(3)]
+            [train_epoch(batches, model, loss_fn, opt, progress=False)[0] for _ in range(3)]
         )
-        results.append(run_epoch(batches, model, loss_fn, None, progress=False)[0])
+        results.append(train_epoch(batches, model, loss_fn, None, progress=False)[0])
     assert results[0] == pytest.approx(results[2], rel=1e-5)
     assert results[1] == pytest.approx(results[3], rel=1e-5)
     assert results[0][2] < results[0][0]  # it did train
@@ -471,5 +468,5 @@ def test_sequence_loss_applies_the_generator_then_the_criterion_to_every_positio
     seen = []
     sequence_loss(lambda x, t: seen.append((x.shape, t.shape)) or x.sum())(out, batch.tgt_y)
     assert seen == [((out.size(0) * out.size(1), 16), (out.size(0) * out.size(1),))]
-    with pytest.raises(ValueError, match="expected one label per row"):
+    with pytest.raises(ValueError, match="and N labels"):
         sequence_loss(crit(), model.generator)(out, batch.tgt_y[:, :-1])

@@ -9,9 +9,12 @@ What is checked:
 6. parameter counts and weight tying; 7. clear errors on bad input, nonsensical sizes and dropout
    included, and sizes beyond MAX_SIZES (refused by `make_model` before it builds anything, and by
    `ModelConfig` when made); 8. Table 3's variations: narrower keys (d_k) and learned positions
-   change exactly the parameters they name. The values of eq. (4), the embedding scale and
-   `subsequent_mask` are checked where Part 1 shows them (nbs/01_model.ipynb); the named sizes in
-   tests/test_config.py; `attention_weights` in tests/test_visualization.py.
+   change exactly the parameters they name; 9. what the chapter states without a cell of its own:
+   eq. (4)'s "linear function of PE_pos" (a rotation, exact at every position) and PyTorch's
+   `nn.LayerNorm` computing the paper's layer normalization. The values of eq. (4), the embedding
+   scale and `subsequent_mask` are checked where Part 1 shows them (nbs/01_model.ipynb); the named
+   sizes in tests/test_config.py; `attention_weights` in tests/test_visualization.py and
+   nbs/10_figures.ipynb; the checks of every hyperparameter in nbs/13_configuration.ipynb.
 
 Everything runs on a CPU in a few seconds and needs no data or network.
 """
@@ -382,9 +385,9 @@ def test_max_len_bounds_both_source_and_target():
     memory = model.encode(src, src_mask)  # exactly max_len fits
     assert model.decode(memory, src_mask, src, subsequent_mask(L)).shape == (1, L, D_MODEL)
     longer = torch.ones(1, L + 1, dtype=torch.long)
-    with pytest.raises(ValueError, match=f"length {L + 1} is longer .*max_len={L}"):
+    with pytest.raises(ValueError, match=f"length {L + 1} is over max_len={L}"):
         model.encode(longer, torch.ones(1, 1, L + 1, dtype=torch.bool))
-    with pytest.raises(ValueError, match=f"length {L + 1} is longer .*max_len={L}"):
+    with pytest.raises(ValueError, match=f"length {L + 1} is over max_len={L}"):
         model.decode(memory, src_mask, longer, subsequent_mask(L + 1))
 
 
@@ -715,3 +718,27 @@ def test_check_sizes_names_the_first_bad_size():
         check_sizes(N=1, d_model=2.0)
     with pytest.raises(ValueError, match="^d_ff must be from 1 to 32,768, got d_ff=10000000000$"):
         check_sizes(d_ff=10**10)
+
+
+# ------------------------------------------------------------- 9. what the chapter states in words
+@pytest.mark.parametrize("k", [1, 3, 17])
+def test_positional_encoding_of_pos_plus_k_is_a_rotation_of_pos(k: int) -> None:
+    """§3.5: "for any fixed offset k, PE_{pos+k} can be represented as a linear function of PE_pos":
+    each (sin, cos) pair of frequency w_i turns by the angle w_i k, whatever pos is."""
+    d_model = 16
+    table = PositionalEncoding(d_model, 0.0, max_len=60).pe[0]  # (60, D)
+    omega = torch.exp(torch.arange(0, d_model, 2) * -(torch.log(torch.tensor(10000.0)) / d_model))
+    rotation = torch.zeros(d_model, d_model)
+    for i, angle in enumerate((omega * k).tolist()):
+        c, s = torch.cos(torch.tensor(angle)), torch.sin(torch.tensor(angle))
+        rotation[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.stack(
+            [torch.stack([c, -s]), torch.stack([s, c])]
+        )
+    torch.testing.assert_close(table[:-k] @ rotation, table[k:], atol=1e-5, rtol=0)
+
+
+def test_layer_norm_is_the_papers_with_biased_variance() -> None:
+    "The chapter uses `nn.LayerNorm`: (x - mean) / sqrt(biased variance + 1e-5), gain 1, bias 0."
+    x = torch.randn(2, 5, 16)
+    mu, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+    torch.testing.assert_close(nn.LayerNorm(16)(x), (x - mu) / torch.sqrt(var + 1e-5), **TOL)

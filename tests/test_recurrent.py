@@ -10,7 +10,7 @@ teacher forcing):
 3. Decoding: the recurrent decoder's steps equal teacher forcing, after `select` reorders and drops
    rows too; beam search with a beam of one returns greedy search's output, with banned tokens as
    well.
-4. Training: run_epoch with label smoothing lowers the loss of each architecture on a toy task.
+4. Training: train_epoch with label smoothing lowers the loss of each architecture on a toy task.
 5. The command line: `train --arch lstm|lexical` with layer counts and `--train-pairs`, a checkpoint
    round trip (same weights, same configuration, evaluate and translate work), and one-line errors
    for flags that do not apply, a resumed run of another architecture, more training pairs than
@@ -31,7 +31,7 @@ from annotated_transformer.cli import main
 from annotated_transformer.decoding import beam_search, greedy_search
 from annotated_transformer.losses import LabelSmoothing, sequence_loss
 from annotated_transformer.recurrent import ARCHS, RecurrentConfig, RecurrentEncoderDecoder
-from annotated_transformer.training import run_epoch
+from annotated_transformer.training import train_epoch
 
 DEPTHS = [(1, 1), (2, 3)]  # the baseline and the deeper variant
 
@@ -126,7 +126,7 @@ def test_decoding_needs_eval_mode() -> None:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_run_epoch_trains_every_architecture(arch: str) -> None:
+def test_train_epoch_trains_every_architecture(arch: str) -> None:
     torch.manual_seed(0)
     model = RecurrentConfig(arch=arch, d_emb=16, d_hidden=32, dropout=0.0).build(12, 12)
     data = torch.randint(3, 12, (16, 6))
@@ -134,10 +134,10 @@ def test_run_epoch_trains_every_architecture(arch: str) -> None:
     batches = [Batch(data, data, pad=0)]  # the copy task
     criterion = sequence_loss(LabelSmoothing(12, padding_idx=0, smoothing=0.1), model.generator)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    before, _ = run_epoch(batches, model, criterion, progress=False)
+    before, _ = train_epoch(batches, model, criterion, progress=False)
     for _ in range(100):
-        run_epoch(batches, model, criterion, optimizer, progress=False)
-    after, _ = run_epoch(batches, model, criterion, progress=False)
+        train_epoch(batches, model, criterion, optimizer, progress=False)
+    after, _ = train_epoch(batches, model, criterion, progress=False)
     assert after < 0.5 * before, (before, after)
 
 

@@ -3,11 +3,14 @@
 What is checked:
 1. `rate` and `noam_optimizer`: eq. (5)'s shape, Adam's settings, the schedule as the optimizer
    sees it, fused = unfused steps.
-2. `run_epoch` and `TrainState`: gradient accumulation, scheduler stepping, counts, old
-   checkpoints' counts, evaluation, clipping, NaN losses, and errors; its loss function is
-   `losses.sequence_loss` of a criterion (tests/test_losses.py).
+2. `run_epoch` (chapter 3's readable loop) and `train_epoch` (the trainer's, at scale), each
+   checked the same way: gradient accumulation, scheduler stepping, counts, evaluation, clipping,
+   and errors; `train_epoch` alone: NaN losses named by batch, `read_every`; and the two agree on
+   the same inputs (mean loss, every step's gradients, the weights after an epoch). Their loss
+   function is `losses.sequence_loss` of a criterion (tests/test_losses.py).
 
-The data-parallel lines of run_epoch (`world`) are tested in tests/test_distributed.py. Everything
+The data-parallel lines of train_epoch (`world`) are tested in tests/test_distributed.py. Old
+checkpoints' counts (`train_state_from_dict`) are tested in tests/test_checkpoint.py. Everything
 runs on a CPU in a few seconds with tiny models, and needs no data or network.
 """
 
@@ -15,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import asdict
 
 import pytest
 import torch
@@ -25,7 +27,7 @@ from torch import nn
 from annotated_transformer.batching import Batch, copy_task_batches
 from annotated_transformer.losses import LabelSmoothing, LossFn, sequence_loss
 from annotated_transformer.model import ModelConfig
-from annotated_transformer.training import TrainState, noam_optimizer, rate, run_epoch
+from annotated_transformer.training import TrainState, noam_optimizer, rate, run_epoch, train_epoch
 
 V = 11  # vocabulary of the tiny models: 0 padding, 1 start, 2..10 content
 PAD = 0
@@ -100,14 +102,15 @@ def test_noam_optimizer_settings_and_schedule():
         assert opt.param_groups[0]["lr"] == pytest.approx(rate(k, 16, 2.0, 10), rel=1e-12)
 
 
-def test_noam_optimizer_fused_only_on_gpus_and_same_steps():
-    """On CPU parameters the default is Adam tensor by tensor; the fused kernel (GPUs' default)
-    takes the same steps."""
-    assert noam_optimizer(tiny_model(), 16)[0].defaults["fused"] is False
+def test_noam_optimizer_passes_adams_settings_and_fused_takes_the_same_steps():
+    """Other Adam settings reach Adam (the trainer asks for the fused kernel on GPUs); the fused
+    kernel takes the same steps as Adam tensor by tensor."""
+    assert noam_optimizer(tiny_model(), 16, fused=False)[0].defaults["fused"] is False
     models = [tiny_model(), tiny_model()]  # the same weights (seed 0)
     opts = [
         noam_optimizer(m, 16, warmup=3, fused=fused)[0] for m, fused in zip(models, (False, True))
     ]
+    assert opts[1].defaults["fused"] is True
     for step in range(5):
         torch.manual_seed(step)
         grads = [torch.randn_like(p) for p in models[0].parameters()]
@@ -127,7 +130,18 @@ def test_noam_optimizer_rejects_no_warmup():
         noam_optimizer(tiny_model(), 16, warmup=0)
 
 
-# ====================================================================== 2. run_epoch and TrainState
+# =================================================== 2. run_epoch and train_epoch, and TrainState
+
+
+def quiet_train_epoch(*args, **kwargs):
+    "train_epoch without its progress bar."
+    return train_epoch(*args, progress=False, **kwargs)
+
+
+# the tests that hold for both loops
+EPOCHS = pytest.mark.parametrize(
+    "epoch", [run_epoch, quiet_train_epoch], ids=["run_epoch", "train_epoch"]
+)
 
 
 def crit() -> LabelSmoothing:
@@ -149,7 +163,8 @@ def padded_batches() -> list[Batch]:
     return out
 
 
-def test_gradient_accumulation_equals_one_big_batch():
+@EPOCHS
+def test_gradient_accumulation_equals_one_big_batch(epoch):
     data = [random_copy_data(8, 6, seed=s) for s in (1, 2)]
     for d in data:
         # padding in the second halves: every loss token weighs the same, whichever batch holds it
@@ -165,9 +180,9 @@ def test_gradient_accumulation_equals_one_big_batch():
     opt_a = torch.optim.SGD(a.parameters(), lr=0.5)
     opt_b = torch.optim.SGD(b.parameters(), lr=0.5)
     opt_c = torch.optim.SGD(c.parameters(), lr=0.5)
-    _, sa = run_epoch(whole, a, loss_of(a), opt_a, accum_iter=1, progress=False)
-    _, sb = run_epoch(halves, b, loss_of(b), opt_b, accum_iter=2, progress=False)
-    _, sc = run_epoch(halves, c, loss_of(c), opt_c, accum_iter=1, progress=False)
+    _, sa = epoch(whole, a, loss_of(a), opt_a, accum_iter=1)
+    _, sb = epoch(halves, b, loss_of(b), opt_b, accum_iter=2)
+    _, sc = epoch(halves, c, loss_of(c), opt_c, accum_iter=1)
     assert sa.optimizer_steps == sb.optimizer_steps == 2 and sb.batches == 4
     assert max_param_diff(start, params(a)) > 1e-3  # it did train
     assert_params_equal(params(a), params(b), atol=1e-6)
@@ -176,7 +191,8 @@ def test_gradient_accumulation_equals_one_big_batch():
     )  # four small steps are not the same: the check can tell
 
 
-def test_scheduler_steps_once_per_optimizer_step_after_the_update():
+@EPOCHS
+def test_scheduler_steps_once_per_optimizer_step_after_the_update(epoch):
     model = tiny_model()
     start = params(model)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
@@ -184,38 +200,36 @@ def test_scheduler_steps_once_per_optimizer_step_after_the_update():
     # no update
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.1 if s == 0 else 0.0)
     batches = list(copy_task_batches(V, 4, 4, seq_len=5, rng=torch.Generator().manual_seed(0)))
-    _, state = run_epoch(
-        batches[:2], model, loss_of(model), opt, sched, accum_iter=2, progress=False
-    )
+    _, state = epoch(batches[:2], model, loss_of(model), opt, sched, accum_iter=2)
     assert state.optimizer_steps == 1 and state.batches == 2
     assert sched.last_epoch == 1
     assert opt.param_groups[0]["lr"] == 0.0
     after_one = params(model)
     assert max_param_diff(start, after_one) > 1e-4
-    _, state = run_epoch(
-        batches[2:], model, loss_of(model), opt, sched, accum_iter=2, state=state, progress=False
-    )
+    _, state = epoch(batches[2:], model, loss_of(model), opt, sched, accum_iter=2, state=state)
     assert state.optimizer_steps == 2 and sched.last_epoch == 2
     assert_params_equal(after_one, params(model))  # the second update ran at lr 0
 
 
-def test_scheduler_with_noam_counts_optimizer_steps():
+@EPOCHS
+def test_scheduler_with_noam_counts_optimizer_steps(epoch):
     model = tiny_model()
     opt, sched = noam_optimizer(model, 16, factor=1.0, warmup=3)
     batches = list(copy_task_batches(V, 2, 6, seq_len=4, rng=torch.Generator().manual_seed(1)))
-    _, state = run_epoch(batches, model, loss_of(model), opt, sched, accum_iter=3, progress=False)
+    _, state = epoch(batches, model, loss_of(model), opt, sched, accum_iter=3)
     assert state.batches == 6 and state.optimizer_steps == 2
     assert sched.last_epoch == 2
     assert opt.param_groups[0]["lr"] == pytest.approx(rate(2, 16, 1.0, 3), rel=1e-12)
 
 
-def test_incomplete_final_accumulation_is_a_step_over_its_own_tokens():
+@EPOCHS
+def test_incomplete_final_accumulation_is_a_step_over_its_own_tokens(epoch):
     batches = padded_batches()
     a = tiny_model()
     b = copy.deepcopy(a)
     opt_a = torch.optim.SGD(a.parameters(), lr=0.5)
     sched_a = torch.optim.lr_scheduler.LambdaLR(opt_a, lambda s: 1.0)
-    _, state = run_epoch(batches, a, loss_of(a), opt_a, sched_a, accum_iter=2, progress=False)
+    _, state = epoch(batches, a, loss_of(a), opt_a, sched_a, accum_iter=2)
     assert state.batches == 3
     assert state.optimizer_steps == 2
     assert sched_a.last_epoch == 2
@@ -225,54 +239,34 @@ def test_incomplete_final_accumulation_is_a_step_over_its_own_tokens():
     # the last, lone batch is a step normalized by its own tokens: the same as one step on it with
     # accum_iter=1
     opt_b = torch.optim.SGD(b.parameters(), lr=0.5)
-    run_epoch(batches[:2], b, loss_of(b), opt_b, accum_iter=2, progress=False)
-    run_epoch(batches[2:], b, loss_of(b), opt_b, accum_iter=1, progress=False)
+    epoch(batches[:2], b, loss_of(b), opt_b, accum_iter=2)
+    epoch(batches[2:], b, loss_of(b), opt_b, accum_iter=1)
     assert_params_equal(params(a), params(b), atol=1e-6)
 
 
-def test_train_state_counts_and_continues():
+@EPOCHS
+def test_train_state_counts_and_continues(epoch):
     batches = padded_batches()
     model = tiny_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    _, state = run_epoch(batches, model, loss_of(model), opt, progress=False)
+    _, state = epoch(batches, model, loss_of(model), opt)
     ntok = sum(b.ntokens for b in batches)
     assert ntok < sum(b.tgt_y.numel() for b in batches)  # padding was present
     assert state == TrainState(batches=3, optimizer_steps=3, samples=3 + 2 + 4, tokens=ntok)
     given = TrainState(batches=10, optimizer_steps=4, samples=50, tokens=1000)
-    _, out = run_epoch(
-        batches, model, loss_of(model), opt, accum_iter=2, state=given, progress=False
-    )
+    _, out = epoch(batches, model, loss_of(model), opt, accum_iter=2, state=given)
     assert out is given
     assert out == TrainState(batches=13, optimizer_steps=6, samples=59, tokens=1000 + ntok)
 
 
-def test_train_state_from_dict_reads_new_and_version_0_1_names():
-    state = TrainState(batches=13, optimizer_steps=6, samples=59, tokens=1234)
-    assert TrainState.from_dict(asdict(state)) == state
-    assert (
-        TrainState.from_dict({"step": 13, "accum_step": 6, "samples": 59, "tokens": 1234}) == state
-    )
-    assert TrainState.from_dict({"step": 13, "optimizer_steps": 6}) == TrainState(
-        batches=13, optimizer_steps=6
-    )
-    assert TrainState.from_dict({}) == TrainState()
-    with pytest.raises(
-        ValueError, match=r"both the old and the new name of a count in \['batches', 'step'\]"
-    ):
-        TrainState.from_dict({"step": 13, "batches": 13})
-    with pytest.raises(TypeError, match="epochs"):
-        TrainState.from_dict({"epochs": 2})
-
-
-def test_evaluation_changes_nothing_and_returns_mean_loss():
+@EPOCHS
+def test_evaluation_changes_nothing_and_returns_mean_loss(epoch):
     batches = padded_batches()
     model = tiny_model()
     model.train()
     start = params(model)
     criterion = crit()
-    loss, state = run_epoch(
-        batches, model, loss_of(model, criterion), optimizer=None, progress=False
-    )
+    loss, state = epoch(batches, model, loss_of(model, criterion), optimizer=None)
     assert_params_equal(start, params(model))
     assert all(p.grad is None for p in model.parameters())
     assert not model.training
@@ -286,7 +280,7 @@ def test_evaluation_changes_nothing_and_returns_mean_loss():
     assert loss == pytest.approx(expected, rel=1e-6)
     # training reports the same kind of mean: the loss of each batch before its update
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    train_loss, _ = run_epoch(batches, model, loss_of(model, criterion), opt, progress=False)
+    train_loss, _ = epoch(batches, model, loss_of(model, criterion), opt)
     assert train_loss == pytest.approx(expected, rel=1e-5)
 
 
@@ -308,10 +302,10 @@ def test_nan_loss_raises_naming_the_step(at):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     batches = list(copy_task_batches(V, 2, 4, seq_len=4, rng=torch.Generator().manual_seed(2)))
     with pytest.raises(FloatingPointError, match=f"the loss is nan at batch {at} of the run "):
-        run_epoch(batches, model, NaNAt(loss_of(model), at), opt, progress=False)
+        train_epoch(batches, model, NaNAt(loss_of(model), at), opt, progress=False)
     # evaluation stops too (it counts no steps, so the message cannot name the batch)
     with pytest.raises(FloatingPointError, match="the loss is nan"):
-        run_epoch(batches, model, NaNAt(loss_of(model), at), None, progress=False)
+        train_epoch(batches, model, NaNAt(loss_of(model), at), None, progress=False)
 
 
 @pytest.mark.parametrize("read_every", [1, 2, 50])
@@ -327,7 +321,7 @@ def test_nan_loss_named_whenever_the_losses_are_read(at, read_every):
         match=f"the loss is nan at batch {at} of the run "
         f"\\(batch {at} of this pass, after {at} optimizer steps\\)",
     ):
-        run_epoch(
+        train_epoch(
             batches, model, NaNAt(loss_of(model), at), opt, progress=False, read_every=read_every
         )
 
@@ -336,7 +330,7 @@ def test_nan_loss_named_whenever_the_losses_are_read(at, read_every):
 def test_read_every_does_not_change_the_mean_loss(read_every):
     batches, model = padded_batches(), tiny_model()
     losses = [
-        run_epoch(batches, model, loss_of(model), None, progress=False, read_every=r)[0]
+        train_epoch(batches, model, loss_of(model), None, progress=False, read_every=r)[0]
         for r in (read_every, 50)
     ]
     assert losses[0] == pytest.approx(losses[1], rel=1e-12)
@@ -347,11 +341,12 @@ def test_bad_read_every_raises(read_every):
     model = tiny_model()
     loss = loss_of(model)
     with pytest.raises(ValueError, match=f"read_every must be at least 1, got {read_every}"):
-        run_epoch(padded_batches(), model, loss, None, progress=False, read_every=read_every)
+        train_epoch(padded_batches(), model, loss, None, progress=False, read_every=read_every)
 
 
 @pytest.mark.parametrize("accum_iter", [0, -1])
-def test_bad_accum_iter_raises_before_any_change(accum_iter):
+@EPOCHS
+def test_bad_accum_iter_raises_before_any_change(accum_iter, epoch):
     model = tiny_model()
     start = params(model)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
@@ -363,7 +358,7 @@ def test_bad_accum_iter_raises_before_any_change(accum_iter):
             yield b
 
     with pytest.raises(ValueError, match=f"accum_iter must be at least 1, got {accum_iter}"):
-        run_epoch(batches(), model, loss_of(model), opt, accum_iter=accum_iter, progress=False)
+        epoch(batches(), model, loss_of(model), opt, accum_iter=accum_iter)
     assert consumed == []
     assert_params_equal(start, params(model))
 
@@ -372,20 +367,20 @@ def update_norm(before: list[torch.Tensor], after: list[torch.Tensor]) -> float:
     return math.sqrt(sum(((x - y) ** 2).sum().item() for x, y in zip(before, after)))
 
 
-def test_max_grad_norm_clips_the_update():
+@EPOCHS
+def test_max_grad_norm_clips_the_update(epoch):
     batch = next(copy_task_batches(V, 4, 1, seq_len=6, rng=torch.Generator().manual_seed(4)))
     free = tiny_model()
     clipped = copy.deepcopy(free)
     loose = copy.deepcopy(free)
     start = params(free)
     for model, max_norm in ((free, None), (clipped, 1e-3), (loose, 1e6)):
-        run_epoch(
+        epoch(
             [batch],
             model,
             loss_of(model),
             torch.optim.SGD(model.parameters(), lr=1.0),
             max_grad_norm=max_norm,
-            progress=False,
         )
     free_norm = update_norm(start, params(free))
     assert free_norm > 0.1
@@ -400,13 +395,14 @@ def test_max_grad_norm_clips_the_update():
 
 
 @pytest.mark.parametrize("training", [True, False])
-def test_empty_epoch_raises(training):
+@EPOCHS
+def test_empty_epoch_raises(training, epoch):
     model = tiny_model()
     opt = torch.optim.SGD(model.parameters(), lr=1.0) if training else None
     with pytest.raises(ValueError, match="no batches"):
-        run_epoch([], model, loss_of(model), opt, progress=False)
+        epoch([], model, loss_of(model), opt)
     with pytest.raises(ValueError, match="no batches"):
-        run_epoch(iter(()), model, loss_of(model), opt, progress=False)
+        epoch(iter(()), model, loss_of(model), opt)
 
 
 def test_train_state_counts_a_batch():
@@ -416,7 +412,8 @@ def test_train_state_counts_a_batch():
     assert state == TrainState(2, 1, 2 + 3, 3 + batch.ntokens)
 
 
-def test_the_loss_function_sees_the_decoder_outputs_and_the_labels():
+@EPOCHS
+def test_the_loss_function_sees_the_decoder_outputs_and_the_labels(epoch):
     "run_epoch calls its loss function with the decoder's outputs (B, T, D) and the labels (B, T)."
     model, seen = tiny_model(), []
 
@@ -425,6 +422,67 @@ def test_the_loss_function_sees_the_decoder_outputs_and_the_labels():
         return loss_of(model)(out, labels)
 
     batches = padded_batches()
-    run_epoch(batches, model, recording, None, progress=False)
+    epoch(batches, model, recording, None)
     assert [shape for shape, _ in seen] == [(*b.tgt.shape, 16) for b in batches]
     assert all(labels is b.tgt_y for (_, labels), b in zip(seen, batches))
+
+
+# ================================================= 3. the readable loop and the one at scale agree
+
+
+class RecordingSGD(torch.optim.SGD):
+    "SGD that keeps a copy of the gradients of every step it takes."
+
+    def __init__(self, params, lr: float):
+        super().__init__(params, lr=lr)
+        self.seen: list[list[torch.Tensor]] = []
+
+    def step(self, closure=None):
+        self.seen.append([p.grad.clone() for g in self.param_groups for p in g["params"]])
+        return super().step(closure)
+
+
+def five_batches() -> list[Batch]:
+    "Five batches of different sizes, with padding: steps of 2, 2 and 1 batches at accum_iter=2."
+    out = []
+    for i in range(5):
+        data = random_copy_data(3 + i % 2, 5 + i, seed=200 + i)
+        data[0, -2:] = PAD
+        out.append(Batch(data, data.clone(), pad=PAD))
+    return out
+
+
+def one_epoch(loop, model: nn.Module, accum_iter: int, max_grad_norm: float | None):
+    "Train an epoch with `loop` from the same random state: the mean loss and the optimizer."
+    opt = RecordingSGD(model.parameters(), lr=0.5)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (s + 1))
+    torch.manual_seed(7)  # the same dropout masks for both loops
+    loss, state = loop(five_batches(), model, loss_of(model), opt, sched, accum_iter, max_grad_norm)
+    return loss, state, opt
+
+
+@pytest.mark.parametrize("max_grad_norm", [None, 0.05])
+def test_run_epoch_and_train_epoch_agree(max_grad_norm):
+    """The readable loop of chapter 3 and the trainer's loop at scale, on the same inputs: the same
+    mean loss, the same gradients at every optimizer step, the same weights after the epoch."""
+    torch.manual_seed(0)
+    readable = ModelConfig(N=1, d_model=16, d_ff=32, h=2, dropout=0.1).build(V, V)
+    at_scale, other = copy.deepcopy(readable), copy.deepcopy(readable)
+    loss_a, state_a, opt_a = one_epoch(run_epoch, readable, 2, max_grad_norm)
+    loss_b, state_b, opt_b = one_epoch(quiet_train_epoch, at_scale, 2, max_grad_norm)
+    assert state_a == state_b and state_a.optimizer_steps == 3
+    assert loss_a == pytest.approx(loss_b, rel=1e-9)
+    assert len(opt_a.seen) == len(opt_b.seen) == 3
+    for step_a, step_b in zip(opt_a.seen, opt_b.seen):
+        assert_params_equal(step_a, step_b, atol=1e-9)
+    assert_params_equal(params(readable), params(at_scale), atol=1e-9)
+    # the comparison can tell: another accumulation takes other steps
+    _, _, opt_c = one_epoch(quiet_train_epoch, other, 1, max_grad_norm)
+    assert max_param_diff(opt_a.seen[0], opt_c.seen[0]) > 1e-4
+    assert max_param_diff(params(readable), params(other)) > 1e-4
+    # and evaluation gives the same mean loss
+    evaluated = [
+        loop(five_batches(), m, loss_of(m))
+        for loop, m in ((run_epoch, readable), (quiet_train_epoch, at_scale))
+    ]
+    assert evaluated[0][0] == pytest.approx(evaluated[1][0], rel=1e-9)

@@ -11,6 +11,9 @@ kinds, labels and sentences):
    the query tokens on the rows and the key tokens on the columns, in token order, for each kind of
    attention.
 4. `translate --attention` writes a PNG per sentence (its errors: tests/test_cli.py).
+5. What the attention chapter measures: `head_measures` on a sentence's maps against the weights
+   they average, `plot_measures` readable at the column's width, and `Translator.attention`
+   refusing what it cannot show (an empty sentence, one too long).
 """
 
 from __future__ import annotations
@@ -29,7 +32,13 @@ from annotated_transformer.config import RuntimeOptions, TrainConfig
 from annotated_transformer.model import KINDS, ModelConfig, attention_weights
 from annotated_transformer.trainer import train
 from annotated_transformer.translation import AttentionMaps, Translator
-from annotated_transformer.visualization import AttentionView, plot_attention, plot_sentence
+from annotated_transformer.visualization import (
+    AttentionView,
+    head_measures,
+    plot_attention,
+    plot_measures,
+    plot_sentence,
+)
 
 SENTENCE = "Ein Hund sieht einen Ball im Park."
 
@@ -174,3 +183,40 @@ def test_the_interactive_view_offers_the_kinds_and_tokens_of_the_maps(maps: Atte
     source_only = {"decoder_src": maps.weights["decoder_src"]}  # as a recurrent model's maps
     page = AttentionView([AttentionMaps(maps.src_tokens, maps.tgt_tokens, source_only)]).to_html()
     assert '<option value="decoder_src">' in page and '<option value="encoder">' not in page
+
+
+# ================================================================ 5. what the chapter measures
+def test_head_measures_average_the_weights_they_name(maps: AttentionMaps) -> None:
+    measures = head_measures(maps.weights)
+    encoder, decoder = maps.weights["encoder"], maps.weights["decoder_self"]
+    N, h, S, _ = encoder.shape
+    for layer in range(N):
+        for head in range(h):
+            w = encoder[layer, head]
+            previous = sum(w[i, i - 1] for i in range(1, S)) / (S - 1)
+            assert measures["encoder: previous token"][layer, head] == pytest.approx(previous)
+            assert measures["decoder: <s>"][layer, head] == pytest.approx(
+                decoder[layer, head, :, 0].mean()
+            )
+    assert all(v is None or (0 <= v.min() and v.max() <= 1) for v in measures.values())
+
+
+def test_the_measures_figure_fits_the_column_with_numbers_of_10_px() -> None:
+    "Two tables a row at the column's width: the numbers as large as the token labels."
+    profile = {name: torch.rand(3, 8) for name in ("a", "b", "c", "d", "e")}
+    fig = plot_measures(profile, dict.fromkeys(profile, 0.1))
+    assert fig.get_size_inches()[0] <= 8.2
+    fig.canvas.draw()
+    numbers = [t for ax in fig.axes for t in ax.texts]
+    assert len(numbers) == 5 * 3 * 8 and min(t.get_fontsize() for t in numbers) * fig.dpi / 72 >= 10
+    width = fig.get_size_inches()[0] * fig.dpi
+    for ax in fig.axes[:5]:  # no title wider than its place
+        box = ax.title.get_window_extent()
+        assert 0 <= box.x0 and box.x1 <= width
+
+
+def test_attention_refuses_what_it_cannot_show(translator: Translator) -> None:
+    with pytest.raises(ValueError, match="too long for this model"):
+        translator.attention("Hund " * 5000)
+    with pytest.raises(ValueError, match="is empty"):
+        translator.attention("  ")

@@ -1,11 +1,10 @@
-"""Write README.md from the landing page (nbs/index.ipynb) and the reference chapter
-(nbs/16_command_line.ipynb): what nbdev-readme does with Quarto, which we cannot assume.
+"""Write README.md from the landing page (nbs/index.ipynb): what nbdev-readme does with Quarto,
+which we cannot assume. The command-line reference stays in its chapter, which the page links.
 
 Markdown cells are copied (links made relative to the repository root); visible code cells become
 Python blocks followed by their output; `#| echo: false` cells give their output alone; an SVG
-output is written to nbs/images/ and linked. `#| hide` cells are left out. The reference chapter's
-headings go one level down, under the landing page's. tools/test.sh runs this and fails if
-README.md or an image changed, so they never drift from the notebooks.
+output is written to nbs/images/ and linked. `#| hide` cells are left out. tools/test.sh runs this
+and fails if README.md or an image changed, so they never drift from the notebooks.
 """
 
 from __future__ import annotations
@@ -17,10 +16,9 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 NBS = ROOT / "nbs"
-SOURCES = ("index.ipynb", "16_command_line.ipynb")
 HEADER = (
-    "<!-- Generated from nbs/index.ipynb and nbs/16_command_line.ipynb by tools/readme.py: "
-    "edit the notebooks, not this file. -->\n\n"
+    "<!-- Generated from nbs/index.ipynb by tools/readme.py: edit the notebook, not this file. "
+    "-->\n\n"
 )
 
 
@@ -66,23 +64,16 @@ def cell_markdown(cell: nbformat.NotebookNode, image_stem: str) -> str | None:
     return "\n\n".join(shown) or None
 
 
-def notebook_markdown(nb_path: Path, level: int = 0) -> str:
-    "A notebook's README text, its headings `level` levels down."
+def notebook_markdown(nb_path: Path) -> str:
+    "A notebook's README text."
     nb = nbformat.read(nb_path, as_version=4)
-    parts = []
-    for i, cell in enumerate(nb.cells):
-        text = cell_markdown(cell, f"{nb_path.stem}-{i}")
-        if text and level:
-            text = re.sub(r"^(#+) ", lambda m: "#" * (len(m[1]) + level) + " ", text, flags=re.M)
-        if text:
-            parts.append(text)
-    return "\n\n".join(parts)
+    parts = [cell_markdown(cell, f"{nb_path.stem}-{i}") for i, cell in enumerate(nb.cells)]
+    return "\n\n".join(text for text in parts if text)
 
 
 def readme_text() -> str:
-    "README.md's full text: the landing page, then the reference chapter."
-    landing, reference = (NBS / name for name in SOURCES)
-    return HEADER + notebook_markdown(landing) + "\n\n" + notebook_markdown(reference, 1) + "\n"
+    "README.md's full text: the landing page."
+    return HEADER + notebook_markdown(NBS / "index.ipynb") + "\n"
 
 
 if __name__ == "__main__":

@@ -191,7 +191,7 @@ def prepare(nb: nbformat.NotebookNode) -> None:
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown":
             cell.source = link_citations(summary_paragraph(cell.source) if i == 0 else cell.source)
-        if re.match(r"\s*#\|\s*hide\b", cell.source):
+        if re.search(r"^#\|\s*hide\b", cell.source, re.M):  # wherever among the directives
             continue
         exported = (
             cell.cell_type == "code"
@@ -240,12 +240,18 @@ def toc(sections: list[tuple[int, str, str]]) -> str:
     return '<ul class="book-toc">' + "".join(out) + "</ul>"
 
 
+# the sidebar's part headings, before the first chapter of each part (by its number)
+PARTS = {"01": "Part I · the paper annotated", "09": "Part II · the engine and beyond the paper"}
+
+
 def sidebar(
     pages: list[tuple[str, str]], current: int, sections: list[tuple[int, str, str]]
 ) -> str:
     "Every chapter, the current one opened to its sections."
     items = []
     for i, (href, name) in enumerate(pages):
+        if part := PARTS.get(href[:2]):  # the first chapter of a part
+            items.append(f'<li class="book-part">{part}</li>')
         label = f'<a href="{href}">{html.escape(name)}</a>'
         items.append(
             f'<li class="book-current">{label}{toc(sections)}</li>'

@@ -1,5 +1,5 @@
-// The book's two scripts: typeset every $...$ and $$...$$ with KaTeX (bundled in katex/), and mark
-// in the sidebar the section being read.
+// The book's scripts: typeset every $...$ and $$...$$ with KaTeX (bundled in katex/), mark in the
+// sidebar the section being read, and say which figures scroll sideways (on a phone).
 document.addEventListener("DOMContentLoaded", () => {
   renderMathInElement(document.querySelector("main"), {
     delimiters: [
@@ -22,3 +22,16 @@ document.addEventListener("DOMContentLoaded", () => {
   }, {rootMargin: "0px 0px -80% 0px"});
   links.forEach((_, id) => { const heading = document.getElementById(id); if (heading) observer.observe(heading); });
 });
+
+// A figure wider than the window scrolls in its own box: label the box so that a reader knows there
+// is more to the right (book.css draws the label and a shadow on the box's right edge).
+function markScrollingBoxes() {
+  for (const box of document.querySelectorAll("body.book .jp-OutputArea-output")) {
+    const scrolls = box.scrollWidth > box.clientWidth + 1;
+    box.classList.toggle("book-scrolls", scrolls);
+    if (scrolls) box.dataset.hint = "scroll sideways to see the whole figure →";
+  }
+  document.documentElement.dataset.scrollHints = "done";  // for the browser test
+}
+window.addEventListener("load", markScrollingBoxes);
+window.addEventListener("resize", markScrollingBoxes);
