@@ -298,7 +298,10 @@ def test_the_check_finds_quotes_minutes_floats_and_notes_on_the_making(
     assert prose.long_floats(page) == ["2.747514843940735"]
     assert prose.making_of(page) == ["The issue that", "commit 6c19bc3"]
     fixed = "It translates *A woman wearing a bag*, in about 18 minutes; loss 2.75."
-    assert prose.problems(page_of(tmp_path, fixed, "A woman wearing a bag\n18.2 min\n")) == []
+    assert (
+        prose.problems(page_of(tmp_path, fixed, "A woman wearing a bag\n18.2 min\nloss 2.75\n"))
+        == []
+    )
 
 
 def test_the_figure_check_finds_a_figure_the_page_does_not_show(prose, tmp_path: Path) -> None:
@@ -346,13 +349,16 @@ def test_the_budgets_count_what_a_reader_reads(prose, tmp_path: Path) -> None:
     nbformat.write(nb, nbs / "03_chapter.ipynb")
     nbformat.write(nbformat.v4.new_notebook(), nbs / "index.ipynb")
     chapter = nbs / "03_chapter.ipynb"
-    assert prose.chapter_words(chapter) == (8, 133)  # title + six words; the note's 133
+    assert prose.chapter_words(chapter) == (
+        8,
+        132,
+    )  # the heading and the sentence; the note: 1 + 130 + 1
     assert prose.code_lines(chapter) == 3  # the exported cell's three non-blank lines
-    assert prose.folded_notes(chapter) == [133]
+    assert prose.folded_notes(chapter) == [132]
     assert prose.engine_terms(chapter) == ["rank"]  # the note's torch.compile is allowed
     assert prose.over_budget(nbs) == [
         "03_chapter: 'rank' x1 outside a folded note",
-        "03_chapter: a folded note of 133 words",
+        "03_chapter: a folded note of 132 words",
     ]
 
 
