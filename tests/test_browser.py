@@ -26,8 +26,8 @@ What is checked, on the rendered pages:
 8. No code cell is wider than its box: at a 1400 px wide window no code or output block of any page
    (folded imports included) scrolls sideways; a failure names the page and the lines too long.
 9. The heatmaps' labels are readable: on the attention chapter, every figure of
-   annotated_transformer/visualization.py (COLUMN inches wide at the dpi its PNG records) shows its
-   LABEL_POINTS labels at 10 CSS px or more.
+   annotated_transformer/visualization.py (at most COLUMN inches wide at the dpi its PNG records)
+   shows its LABEL_POINTS labels at 10 CSS px or more.
 10. Citations resolve: every link of every page to the references page (20_references.html#...)
     leads to an element of that page with that id, and Part 1 has such links.
 11. The interactive attention view works by keyboard and on a phone: its tokens are reached with Tab
@@ -294,9 +294,8 @@ def test_the_attention_chapter_shows_its_heatmaps(tutorial: Path, page) -> None:
     [chapter] = [nb for nb in notebooks() if nb.name.startswith("08")]
     open_page(page, tutorial, chapter.with_suffix(".html").name)
     images = page.locator(".jp-OutputArea-output img")
-    assert (
-        images.count() >= 7
-    )  # the checks' figure, the overview, the head measurements and four heatmap figures
+    # the overview, the head measures, three single-head maps and one layer's three kinds
+    assert images.count() >= 6
     sizes = images.evaluate_all("imgs => imgs.map(i => [i.naturalWidth, i.naturalHeight])")
     assert all(w > 200 and h > 100 for w, h in sizes), sizes
     images.nth(3).scroll_into_view_if_needed()
@@ -540,7 +539,7 @@ def test_the_heatmaps_labels_are_readable(tutorial: Path, page) -> None:
     for i in range(images.count()):
         dpi = png_dpi(images.nth(i).get_attribute("src"))
         natural, width = images.nth(i).evaluate("img => [img.naturalWidth, img.clientWidth]")
-        if abs(natural - visualization.COLUMN * dpi) <= 2:  # a figure of the visualization module
+        if natural <= visualization.COLUMN * dpi + 2:  # never wider than the column: not shrunk
             labels.append(
                 (i, dpi, natural, width, visualization.LABEL_POINTS * dpi / 72 * width / natural)
             )
