@@ -2,7 +2,9 @@
 
 The package, module by module, with the chapter that explains each and its main entry points. The
 modules are listed in their layering order: each imports only from the modules above it in this list,
-which is the one place the order is written (a test reads it from here).
+which is the one place the order is written (a test reads it from here). The main entry points are
+also the package's own names, each imported on first use: `from annotated_transformer import
+make_model, Translator, train`.
 
 - `annotated_transformer.model` (the model; its checks in configuration, `attention_weights` in attention figures): `make_model`, `ModelConfig`, `EncoderDecoder`, `attention_weights`, `count_parameters`
 - `annotated_transformer.batching` (batches and masks; bucketing in data): `Batch`, `TokenBatchSampler`, `make_loader`
@@ -21,15 +23,14 @@ which is the one place the order is written (a test reads it from here).
 - `annotated_transformer.trainer` (the trainer): `train`, and the steps it is made of
 - `annotated_transformer.visualization` (what the model attends to; figures and the view in attention figures): `head_measures`, `plot_attention`, `plot_sentence`, `AttentionView`
 - `annotated_transformer._chapters` (hand-written, private): what the notebooks share to run their chapters
-- `annotated_transformer._diagrams` (hand-written, private): the book's figures, drawn as SVG
 - `annotated_transformer.cli` (hand-written): the console command `annotated-transformer`
 
 Modules:
 
 - `annotated_transformer.checkpoint`: What a training run saves after every epoch, as one typed record with its format's older versions read in one place; saving it atomically and loading it without running code; building the trained model and its tokenizers from it; random states for an exact resume; and checkpoint averaging (§6.1).
-- `annotated_transformer.cli`: The console command `annotated-transformer`: train, evaluate and translate, on Multi30k or your own parallel text.
+- `annotated_transformer.cli`: The console command `annotated-transformer`: train, evaluate, translate and export. Hand-written, it parses and calls the library. Most flags are fields of the records they set (`Choices`, `TrainConfig`, `RuntimeOptions`, `Search`), with their help, defaults and checks: a new option is a field. Here is only what a command line knows: its own flags (files, folders), standard input read as it arrives, output files never overwritten, and errors in one line (`--debug`: the traceback) with an exit status: 0 done, 2 a usage error, 1 a failure the library reports, 130 interrupted.
 - `annotated_transformer.config`: A run's settings in one place: the named model sizes, the training configuration with every field checked by type and range, the options that are not stored, and how the settings of a run are resolved from defaults, a config file, command-line flags and, on a resume, its checkpoint.
-- `annotated_transformer.data`: Multi30k from the raw files (download, cache and verify) or your own line-aligned files; tokenizers for words, behind one small interface; vocabularies; sentences as ids.
+- `annotated_transformer.data`: Multi30k from the raw files (download, cache and verify) or your own line-aligned files; corpora, where pairs of sequences come from, behind one small interface; tokenizers for words; vocabularies; sentences as ids.
 - `annotated_transformer.decoding`: Section 6.1 of "Attention Is All You Need": greedy decoding, why it is not enough, the length penalty and beam search, each written to be read and checked.
 - `annotated_transformer.engines`: Translation made fast: our own decoder with a key/value cache and batched greedy and beam search; then the model written as a CTranslate2 model folder (with int8 weights if asked), served by the same command line and Python interface, and the two engines measured against each other.
 - `annotated_transformer.runs`: A training run's folder: one writer at a time, no run replaced before its successor can start, no file written through a link, and files written so that an interruption never leaves a half-written one behind, nor debris that the next start does not clean.
@@ -38,3 +39,38 @@ Modules:
 - `annotated_transformer.visualization`: Attention heatmaps of a trained model for every kind of attention, what its heads do, measured over the validation set, and an interactive view in which pointing at a token shows what it attends to."""
 
 __version__ = "0.3.0"
+
+# The front of the package: `from annotated_transformer import make_model, Translator, train`.
+# Each name is imported from its module on first use (PEP 562), so `import annotated_transformer`
+# stays as fast as before and loads no PyTorch.
+_HOMES = {
+    "model": ["make_model", "ModelConfig", "EncoderDecoder", "subsequent_mask", "attention"],
+    "batching": ["Batch"],
+    "training": ["run_epoch", "rate", "noam_optimizer"],
+    "losses": ["LabelSmoothing"],
+    "decoding": ["greedy_decode", "beam_decode", "greedy_search", "beam_search"],
+    "config": ["PRESETS", "preset", "TrainConfig", "RuntimeOptions"],
+    "data": ["Corpus", "Multi30k", "ParallelFiles", "InMemory", "open_corpus"],
+    "checkpoint": ["load_checkpoint", "average_last"],
+    "translation": ["Translator", "Search", "bleu", "evaluate"],
+    "engines": ["export_model", "ExportedTranslator", "load_translator"],
+    "trainer": ["train"],
+    "visualization": ["plot_attention", "AttentionView"],
+}
+_MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
+__all__ = list(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    "A front name, imported from its module on first use (and then kept)."
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module 'annotated_transformer' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

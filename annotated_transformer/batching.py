@@ -16,43 +16,48 @@ from torch.nn.utils.rnn import pad_sequence
 from .model import subsequent_mask
 
 # %% auto #0
-__all__ = ['Batch', 'collate', 'copy_task_batches', 'cut_batches', 'TokenBatchSampler', 'make_loader']
+__all__ = ['check_batch', 'Batch', 'collate', 'copy_task_batches', 'cut_batches', 'length_batches', 'TokenBatchSampler', 'make_loader']
+
+# %% ../nbs/02_batching.ipynb #b7c1e2a0
+def check_batch(src: Tensor, tgt: Tensor | None, pad: int) -> None:
+    "Raise a one-line error unless `src` (B, S) and `tgt` (B, T + 1) make a batch to learn from."
+    if src.dim() != 2 or src.numel() == 0:
+        raise ValueError(
+            "empty batch: src must be a non-empty (batch, length) tensor of ids, "
+            f"got shape {tuple(src.shape)}"
+        )
+    if tgt is None:
+        return
+    if tgt.dim() != 2 or tgt.size(0) != src.size(0) or tgt.size(1) < 2:
+        raise ValueError(
+            f"tgt must be (batch={src.size(0)}, length >= 2) to hold a start symbol "
+            f"and a token, got shape {tuple(tgt.shape)}"
+        )
+    if not (tgt[:, 1:] != pad).any():
+        raise ValueError(
+            f"every target token in this batch of {src.size(0)} is padding (pad={pad}): "
+            "there is nothing to learn from it"
+        )
 
 # %% ../nbs/02_batching.ipynb #5b0f3f24
 class Batch:
-    """Source and target ids (B, L) with their masks; the target is split into decoder input `tgt`
-    and labels `tgt_y`."""
+    "Source and target ids (B, L) with masks; the target split into input `tgt` and labels `tgt_y`."
 
     def __init__(
         self,
         src: Tensor,  # (B, S) source ids
-        # (B, T + 1) target ids, start symbol first; None for a source-only batch
-        tgt: Tensor | None = None,
+        tgt: Tensor | None = None,  # (B, T + 1) target ids, start symbol first; None: source only
         *,
         pad: int,  # the padding id of the vocabulary
     ):
-        if src.dim() != 2 or src.numel() == 0:
-            raise ValueError(
-                "empty batch: src must be a non-empty (batch, length) tensor of ids, "
-                f"got shape {tuple(src.shape)}"
-            )
+        check_batch(src, tgt, pad)
         self.src = src  # (B, S)
         self.src_mask = (src != pad).unsqueeze(-2)  # (B, 1, S)
         if tgt is not None:
-            if tgt.dim() != 2 or tgt.size(0) != src.size(0) or tgt.size(1) < 2:
-                raise ValueError(
-                    f"tgt must be (batch={src.size(0)}, length >= 2) to hold a start symbol "
-                    f"and a token, got shape {tuple(tgt.shape)}"
-                )
             self.tgt = tgt[:, :-1]  # (B, T): decoder input, begins with the start symbol
             self.tgt_y = tgt[:, 1:]  # (B, T): the tokens to predict
             self.tgt_mask = self.make_tgt_mask(self.tgt, pad)  # (B, T, T)
             self.ntokens = int((self.tgt_y != pad).sum())
-            if self.ntokens == 0:
-                raise ValueError(
-                    f"every target token in this batch of {src.size(0)} is padding (pad={pad}): "
-                    "there is nothing to learn from it"
-                )
 
     @staticmethod
     def make_tgt_mask(tgt: Tensor, pad: int) -> Tensor:
@@ -61,9 +66,8 @@ class Batch:
 
     def to(self, device: torch.device | str) -> Batch:
         "Move every tensor of the batch to `device`."
-        for name, value in vars(self).items():
-            if isinstance(value, Tensor):
-                setattr(self, name, value.to(device, non_blocking=True))
+        tensors = {name: value for name, value in vars(self).items() if isinstance(value, Tensor)}
+        vars(self).update({name: t.to(device, non_blocking=True) for name, t in tensors.items()})
         return self
 
 # %% ../nbs/02_batching.ipynb #0921770c
@@ -112,8 +116,61 @@ def cut_batches(
     batches.append(current)
     return batches
 
+# %% ../nbs/11_data.ipynb #e732d84c
+def length_batches(
+    lengths: Sequence[int],  # each example's padded length
+    max_tokens: int,  # budget per batch: examples x longest example
+    rng: random.Random | None = None,  # breaks ties and orders the batches; None: by length
+) -> list[list[int]]:
+    "Batches of example indices of similar length within `max_tokens`: sorted, cut, shuffled."
+    tie_break = [rng.random() if rng is not None else 0.0 for _ in lengths]
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], tie_break[i]))
+    batches = cut_batches(order, lengths, max_tokens)
+    if rng is not None:
+        rng.shuffle(batches)
+    return batches
+
+# %% ../nbs/11_data.ipynb #01f32c82
+class _Shared(Sampler[list[int]]):
+    "An epoch's batches (`all_batches`), shared among data-parallel processes: as many for each."
+
+    epoch: int = 0  # whose shuffle: set before each epoch
+    num_replicas: int = 1  # processes sharing the batches (data parallel)
+    rank: int = 0  # this process, in range(num_replicas)
+
+    def all_batches(self) -> list[list[int]]:
+        "This epoch's batches for all processes, in order."
+        raise NotImplementedError
+
+    def set_epoch(self, epoch: int) -> None:
+        "Choose the epoch whose shuffle to use (call before each epoch)."
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = self.all_batches()
+        usable = len(batches) - len(batches) % self.num_replicas  # as many for every process
+        return iter(batches[self.rank : usable : self.num_replicas])
+
+    def __len__(self) -> int:
+        return len(self.all_batches()) // self.num_replicas
+
+# %% ../nbs/11_data.ipynb #f24e2130
+def _check_sharing(lengths: Sequence[int], max_tokens: int, num_replicas: int, rank: int) -> None:
+    "Raise a one-line error unless there is a batch for each of `num_replicas` processes."
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+    if not 0 <= rank < num_replicas:
+        raise ValueError(f"rank must be in range(num_replicas={num_replicas}), got {rank}")
+    if len(lengths) == 0:
+        raise ValueError("no examples to batch: lengths is empty")
+    if (n := len(length_batches(lengths, max_tokens))) < num_replicas:
+        raise ValueError(
+            f"only {n} batches for {num_replicas} processes: "
+            f"lower max_tokens or use fewer processes"
+        )
+
 # %% ../nbs/11_data.ipynb #a053b806
-class TokenBatchSampler(Sampler[list[int]]):
+class TokenBatchSampler(_Shared):
     "Batches of example indices of similar length, each about `max_tokens` padded tokens (§5.1)."
 
     def __init__(
@@ -125,55 +182,23 @@ class TokenBatchSampler(Sampler[list[int]]):
         num_replicas: int = 1,  # processes sharing the batches (data parallel)
         rank: int = 0,  # this process, in range(num_replicas)
     ):
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank must be in range(num_replicas={num_replicas}), got {rank}")
-        if len(lengths) == 0:
-            raise ValueError("no examples to batch: lengths is empty")
+        _check_sharing(lengths, max_tokens, num_replicas, rank)
         self.lengths, self.max_tokens, self.shuffle = list(lengths), max_tokens, shuffle
-        self.seed = seed
-        self.num_replicas, self.rank, self.epoch = num_replicas, rank, 0
-        n_batches = len(self.all_batches())
-        if n_batches < num_replicas:
-            raise ValueError(
-                f"only {n_batches} batches for {num_replicas} processes: "
-                f"lower max_tokens or use fewer processes"
-            )
-
-    def set_epoch(self, epoch: int) -> None:
-        "Choose the epoch whose shuffle to use (call before each epoch)."
-        self.epoch = epoch
+        self.seed, self.num_replicas, self.rank, self.epoch = seed, num_replicas, rank, 0
 
     def all_batches(self) -> list[list[int]]:
         "This epoch's batches for all processes, in order."
-        rng = random.Random(self.seed * 1_000_003 + self.epoch)
-        tie_break = [rng.random() if self.shuffle else 0.0 for _ in self.lengths]
-        order = sorted(range(len(self.lengths)), key=lambda i: (self.lengths[i], tie_break[i]))
-        batches = cut_batches(order, self.lengths, self.max_tokens)
-        if self.shuffle:
-            rng.shuffle(batches)
-        return batches
-
-    def __iter__(self) -> Iterator[list[int]]:
-        batches = self.all_batches()
-        usable = len(batches) - len(batches) % self.num_replicas  # as many for every process
-        return iter(batches[self.rank : usable : self.num_replicas])
-
-    def __len__(self) -> int:
-        return len(self.all_batches()) // self.num_replicas
+        rng = random.Random(self.seed * 1_000_003 + self.epoch) if self.shuffle else None
+        return length_batches(self.lengths, self.max_tokens, rng)
 
 # %% ../nbs/11_data.ipynb #2ce935a4
 def make_loader(
     pairs: Sequence[tuple[Tensor, Tensor]],  # (source ids, target ids), <s> and </s> included
     pad: int,  # the padding id (the same in both vocabularies)
     max_tokens: int,  # padded tokens per batch, counting the longer side
-    shuffle: bool = True,
-    seed: int = 0,
-    num_replicas: int = 1,  # data-parallel processes
-    rank: int = 0,
+    **sampling: object,  # TokenBatchSampler's: shuffle, seed, num_replicas (data parallel), rank
 ) -> DataLoader:
     "Length-bucketed batches of about `max_tokens` tokens, as `Batch` objects."
     lengths = [max(len(src), len(tgt)) for src, tgt in pairs]  # each pair's padded length
-    sampler = TokenBatchSampler(lengths, max_tokens, shuffle, seed, num_replicas, rank)
+    sampler = TokenBatchSampler(lengths, max_tokens, **sampling)
     return DataLoader(pairs, batch_sampler=sampler, collate_fn=partial(collate, pad=pad))

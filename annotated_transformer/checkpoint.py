@@ -101,33 +101,13 @@ class RunCheckpoint:
             d["tokenizer"] = tokenizer.state_dict()
         return d if resume is None else {**d, **resume.to_dict()}
 
-    @classmethod
-    def from_dict(cls, d: dict, source: str | Path = "the checkpoint") -> RunCheckpoint:
-        "The record a checkpoint's plain data describes; a clear error, naming `source`, otherwise."
-        return _parse(d, str(source))
-
-    def weights_only(self) -> RunCheckpoint:
-        "This checkpoint without what only continuing the run needs (an epochK.pt)."
-        return replace(self, resume=None)
-
-    def tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
-        "The (source, target) tokenizers: the run's subword model twice, or its languages' spaCy."
-        if self.tokenizer is not None:
-            return self.tokenizer, self.tokenizer
-        return load_tokenizers((self.config.src_lang, self.config.tgt_lang))
-
-    def build_model(self) -> nn.Module:
-        "The trained model, in eval mode."
-        model = self.config.model.build(len(self.src_vocab), len(self.tgt_vocab))
-        model.load_state_dict(self.model)
-        return model.eval()
-
 # %% ../nbs/14_checkpoints.ipynb #acda1eb7
 REQUIRED = ("config", "model", "src_vocab", "tgt_vocab", "epoch", "history")
+_CORPUS_OF_ORIGIN = {"train": "files", "pairs": "pairs"}  # the origins of your own data
 
 
-def _parse(d: object, source: str) -> RunCheckpoint:
-    "The RunCheckpoint of a checkpoint's plain data, all checked; ValueError naming `source`."
+def _check_keys(d: object, source: str) -> None:
+    "Refuse what is not a dictionary with every checkpoint's keys, naming `source`."
     if not isinstance(d, dict):
         raise ValueError(
             f"{source} holds a {type(d).__name__}, not a checkpoint that `train` wrote"
@@ -137,36 +117,15 @@ def _parse(d: object, source: str) -> RunCheckpoint:
         raise ValueError(
             f"{source} has no {', '.join(missing)}: it is not a checkpoint that `train` wrote"
         )
-    try:
-        config = TrainConfig.from_dict(d["config"])
-        vocabs = Vocab.from_state_dict(d["src_vocab"]), Vocab.from_state_dict(d["tgt_vocab"])
-        resume = ResumeState.from_dict(d) if "optimizer" in d else None
-    except (TypeError, KeyError, ValueError) as error:  # unknown or missing settings, bad values
-        raise ValueError(
-            f"{source} has a configuration or vocabulary this version cannot use "
-            f"({' '.join(str(error).split())})"
-        ) from None
-    tokenizer = (
-        SubwordTokenizer.from_state_dict(d["tokenizer"], source) if "tokenizer" in d else None
-    )
-    if config.vocab_size is not None and tokenizer is None:
-        raise ValueError(
-            f"{source} was trained with subwords but holds no subword model (tokenizer): "
-            f"use a checkpoint that `train` wrote, e.g. its last.pt or epochK.pt"
-        )
-    ckpt = RunCheckpoint(
-        config,
-        d["model"],
-        *vocabs,
-        d["epoch"],
-        d["history"],
-        d.get("run_id"),
-        d.get("data"),
-        tokenizer,
-        resume,
-    )
-    _check_weights(ckpt, source)
-    return ckpt
+
+
+def _stored_config(d: dict) -> TrainConfig:
+    "The run's configuration; one written before corpora had names gets its data origin's."
+    config, origin = d["config"], d.get("data") or {}
+    named = [name for key, name in _CORPUS_OF_ORIGIN.items() if key in origin]
+    if isinstance(config, dict) and "corpus" not in config and named:
+        config = {**config, "corpus": named[0]}
+    return TrainConfig.from_dict(config)
 
 # %% ../nbs/14_checkpoints.ipynb #b3e5dcc9
 def _check_weights(ckpt: RunCheckpoint, source: str) -> None:
@@ -191,6 +150,59 @@ def _check_weights(ckpt: RunCheckpoint, source: str) -> None:
             f"{source}: its weights do not fit its model configuration ({k!r}: "
             f"{found}, the configuration makes {want})"
         )
+
+# %% ../nbs/14_checkpoints.ipynb #f369c961
+def _from_dict(cls, d: object, source: str | Path = "the checkpoint") -> RunCheckpoint:
+    "The record a checkpoint's plain data describes; a clear error, naming `source`, otherwise."
+    source = str(source)
+    _check_keys(d, source)
+    try:
+        config = _stored_config(d)
+        vocabs = Vocab.from_state_dict(d["src_vocab"]), Vocab.from_state_dict(d["tgt_vocab"])
+        resume = ResumeState.from_dict(d) if "optimizer" in d else None
+    except (TypeError, KeyError, ValueError) as error:  # unknown or missing settings, bad values
+        raise ValueError(
+            f"{source} has a configuration or vocabulary this version cannot use "
+            f"({' '.join(str(error).split())})"
+        ) from None
+    tokenizer = (
+        SubwordTokenizer.from_state_dict(d["tokenizer"], source) if "tokenizer" in d else None
+    )
+    if config.vocab_size is not None and tokenizer is None:
+        raise ValueError(
+            f"{source} was trained with subwords but holds no subword model (tokenizer): "
+            f"use a checkpoint that `train` wrote, e.g. its last.pt or epochK.pt"
+        )
+    stored = d["epoch"], d["history"], d.get("run_id"), d.get("data")
+    ckpt = cls(config, d["model"], *vocabs, *stored, tokenizer, resume)
+    _check_weights(ckpt, source)
+    return ckpt
+
+
+RunCheckpoint.from_dict = classmethod(_from_dict)
+
+# %% ../nbs/14_checkpoints.ipynb #5fa5c4ef
+def _weights_only(self: RunCheckpoint) -> RunCheckpoint:
+    "This checkpoint without what only continuing the run needs (an epochK.pt)."
+    return replace(self, resume=None)
+
+
+def _tokenizers(self: RunCheckpoint) -> tuple[Tokenizer, Tokenizer]:
+    "The (source, target) tokenizers: the run's subword model twice, or its languages' spaCy."
+    if self.tokenizer is not None:
+        return self.tokenizer, self.tokenizer
+    return load_tokenizers((self.config.src_lang, self.config.tgt_lang))
+
+
+def _build_model(self: RunCheckpoint) -> nn.Module:
+    "The trained model, in eval mode."
+    model = self.config.model.build(len(self.src_vocab), len(self.tgt_vocab))
+    model.load_state_dict(self.model)
+    return model.eval()
+
+
+RunCheckpoint.weights_only, RunCheckpoint.tokenizers = _weights_only, _tokenizers
+RunCheckpoint.build_model = _build_model
 
 # %% ../nbs/14_checkpoints.ipynb #5bb78159
 def save_checkpoint(path: str | Path, ckpt: RunCheckpoint) -> None:
@@ -234,7 +246,7 @@ def torch_load_safely(path: Path) -> object:
             f"{path} is not a readable checkpoint ({type(error).__name__}: {error})"
         ) from None
 
-
+# %% ../nbs/14_checkpoints.ipynb #9ce5259a
 def load_checkpoint(path: str | Path) -> RunCheckpoint:
     "The checkpoint `save_checkpoint` wrote to `path`, with clear errors for anything else."
     path = Path(path)
@@ -276,7 +288,7 @@ def _state_dict(path: str | Path) -> dict[str, Tensor]:
         )
     return state
 
-
+# %% ../nbs/14_checkpoints.ipynb #ae516eb5
 def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Tensor]:
     "The element-wise mean of the checkpoints' weights (in float32); other tensors: the last one's."
     if not paths:
@@ -309,7 +321,7 @@ def _same_run(a: RunCheckpoint, b: RunCheckpoint) -> bool:
     )
     return a.run_id == b.run_id and settings[0] == settings[1] and same_vocabularies
 
-
+# %% ../nbs/14_checkpoints.ipynb #becccf00
 def average_last(path: str | Path, k: int) -> RunCheckpoint:
     "The checkpoint at `path`, its weights the mean of its last `k` epochs' (`epoch{e}.pt`)."
     if k < 1:

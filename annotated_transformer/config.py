@@ -9,26 +9,31 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/configuratio
 # %% ../nbs/13_configuration.ipynb #7109d44e
 from __future__ import annotations
 
+import functools
 import json
 import math
 import numbers
 import re
-from dataclasses import asdict, dataclass, field, fields, replace
+import typing
+from dataclasses import Field, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
+from typing import Callable
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+import torch
+
 from .model import ModelConfig
-from .recurrent import RecurrentConfig
+from .recurrent import ARCHS, RecurrentConfig
 
 # %% auto #0
-__all__ = ['PRESETS', 'PRECISION_NAMES', 'DEFAULT_VOCAB_SIZE', 'preset', 'run_model', 'model_config', 'arch_of', 'TrainConfig',
-           'RuntimeOptions', 'read_config_file', 'ChoiceError', 'Choices', 'choose_model', 'check_resume',
-           'resolve_config']
+__all__ = ['PRESETS', 'PRECISION_NAMES', 'DEFAULT_VOCAB_SIZE', 'preset', 'run_model', 'model_config', 'arch_of', 'ChoiceError',
+           'setting', 'check_setting', 'check_settings', 'TrainConfig', 'check_device', 'RuntimeOptions',
+           'read_config_file', 'setting_like', 'Choices', 'choose_model', 'check_resume', 'resolve_config']
 
 # %% ../nbs/13_configuration.ipynb #7711eef2
 PRESETS = MappingProxyType(
@@ -67,43 +72,101 @@ def arch_of(config: ModelConfig | RecurrentConfig) -> str:
     "The architecture's name: transformer, lstm or lexical."
     return config.arch if isinstance(config, RecurrentConfig) else "transformer"
 
-# %% ../nbs/13_configuration.ipynb #8ae7bd0f
-_RULES = {  # field: (kind, lowest, highest); None: no bound
-    "epochs": ("whole", 1, 100_000),
-    "max_tokens": ("whole", 1, 10_000_000),  # padded tokens per batch
-    "accum_iter": ("whole", 1, 100_000),
-    "factor": ("positive", None, 1e3),
-    "warmup": ("whole", 1, 100_000_000),
-    "smoothing": ("fraction", 0.0, None),  # [0, 1)
-    "max_grad_norm": ("positive", None, None),
-    "seed": ("whole", 0, 2**32 - 1),
-    "vocab_size": ("whole", 261, 1_000_000),  # 4 specials + 256 byte pieces + a character
-    "train_pairs": ("whole", 1, None),
-    "subset_seed": ("whole", 0, 2**32 - 1),
-}
-# None: off, words, all pairs, the seed's subset
-_OPTIONAL = {"max_grad_norm", "vocab_size", "train_pairs", "subset_seed"}
-_LANGUAGE = re.compile(r"[a-z]{2,3}")  # Multi30k's (and spaCy's) language codes
+# %% ../nbs/13_configuration.ipynb #c40389b8
+class ChoiceError(ValueError):
+    "Settings that are bad or contradict each other: on the command line a usage error, exit 2."
 
 
-def _check(name: str, value: object) -> None:
-    "Raise a one-line error unless `value` is of the kind and in the range `_RULES` gives `name`."
-    kind, lo, hi = _RULES[name]
-    if value is None and name in _OPTIONAL:
-        return
-    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if kind == "whole" and not (isinstance(value, numbers.Integral) and number):
-        raise ValueError(f"{name} must be a whole number, got {name}={value!r}")
-    if not number or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {name}={value!r}")
-    low_ok = value > 0 if kind == "positive" else value >= (lo if lo is not None else -math.inf)
-    high_ok = value < 1 if kind == "fraction" else hi is None or value <= hi
-    if not (low_ok and high_ok):
-        bounds = {"positive": "above 0", "fraction": "from 0 to below 1"}.get(
-            kind, f"at least {lo}"
-        )
-        bounds += f" and at most {hi:,}" if hi is not None and kind != "fraction" else ""
-        raise ValueError(f"{name} must be {bounds}, got {name}={value!r}")
+def setting(
+    default: object,
+    help: str | None,  # the flag's help; None: a setting with no flag
+    *,
+    low: float | None = None,  # the lowest value allowed
+    high: float | None = None,  # the highest value allowed
+    above: float | None = None,  # values must be above this (exclusive)
+    below: float | None = None,  # values must be below this (exclusive)
+    choices: tuple | None = None,  # the only values allowed
+    pattern: str | None = None,  # a regular expression text must match in full...
+    expected: str | None = None,  # ...and what it describes, for the error message
+    flag: str | None = None,  # the flag when it is not --field-name
+    metavar: str | None = None,  # the flag's value in usage lines
+    check: Callable[[object], None] | None = None,  # more: raises a one-line ChoiceError
+):
+    "A dataclass field with its default, help and the rules its values follow, as metadata."
+    rules = dict(low=low, high=high, above=above, below=below, choices=choices, pattern=pattern)
+    metadata = dict(help=help, **rules, expected=expected, flag=flag, metavar=metavar, check=check)
+    return field(default=default, metadata=MappingProxyType(metadata))
+
+# %% ../nbs/13_configuration.ipynb #15638418
+_KINDS = {int: "a whole number", float: "a finite number", bool: "true or false", str: "text"}
+
+
+@functools.lru_cache
+def _hints(cls: type) -> dict:
+    "A dataclass's type hints, resolved once."
+    return typing.get_type_hints(cls)
+
+
+def _of_kind(kind: type, value: object) -> bool:
+    "Whether `value` is a `kind` (int, float, bool, str): no bools as numbers, no NaN or infinity."
+    if kind not in (int, float):
+        return isinstance(value, kind)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    return isinstance(value, numbers.Integral) if kind is int else math.isfinite(value)
+
+
+def _bounds(m: typing.Mapping) -> str:
+    "A range's words: 'at least 1 and at most 100', 'above 0', ..."
+    lower = f"at least {m['low']:,}" if m["low"] is not None else None
+    lower = f"above {m['above']:,}" if m["above"] is not None else lower
+    upper = f"at most {m['high']:,}" if m["high"] is not None else None
+    upper = f"below {m['below']:,}" if m["below"] is not None else upper
+    return " and ".join(words for words in (lower, upper) if words)
+
+# %% ../nbs/13_configuration.ipynb #204a33b2
+def _breaks(m: typing.Mapping, v: object) -> str | None:
+    "What `v` must be by the rules in a field's metadata `m`, if it breaks one; else None."
+    if m["choices"] is not None and v not in m["choices"]:
+        return f"one of {', '.join(map(str, m['choices']))}"
+    if m["pattern"] is not None and not re.fullmatch(m["pattern"], v):
+        return m["expected"] or f"text matching {m['pattern']}"
+    low_ok = (m["low"] is None or v >= m["low"]) and (m["above"] is None or v > m["above"])
+    high_ok = (m["high"] is None or v <= m["high"]) and (m["below"] is None or v < m["below"])
+    return None if low_ok and high_ok else _bounds(m)
+
+
+def check_setting(cls: type, name: str, value: object) -> object:
+    "`value` if it is a good value of `cls`'s setting `name`; else a one-line ChoiceError."
+    m, hint = next(f for f in fields(cls) if f.name == name).metadata, _hints(cls)[name]
+    allowed = typing.get_args(hint) or (hint,)  # `int | None`: (int, NoneType)
+    if value is None and type(None) in allowed:
+        return value
+    kind = next(k for k in allowed if k is not type(None))  # int, float, bool or str
+    if _of_kind(kind, value):
+        must = _breaks(m, value)
+    else:
+        must = m["expected"] or _KINDS.get(kind, kind.__name__)
+    if must is not None:
+        raise ChoiceError(f"{name} must be {must}, got {name}={value!r}")
+    if m["check"] is not None:
+        m["check"](value)
+    return value
+
+# %% ../nbs/13_configuration.ipynb #a73ff706
+def check_settings(record: object) -> None:
+    "Check every field of a dataclass `record` declared with `setting` (call it in __post_init__)."
+    for f in fields(record):
+        if "help" in f.metadata:
+            check_setting(type(record), f.name, getattr(record, f.name))
+
+# %% ../nbs/13_configuration.ipynb #ca5729da
+_LANGUAGE = dict(pattern=r"[a-z]{2,3}", expected="a language code such as de, en or fr")
+_SEED = dict(low=0, high=2**32 - 1)
+_CORPUS = dict(pattern=r"[a-z][a-z0-9_-]*", expected="a corpus name such as multi30k")
+_PAIRS = "train on N of the training pairs, chosen at random by --seed (default: all)"
+_SUBSET = "draw --train-pairs' subset by this seed instead (several seeds, one subset)"
+_SKIP = "leave out training pairs longer than the model's max_len (default: refuse the data)"
 
 # %% ../nbs/13_configuration.ipynb #04448158
 @dataclass(frozen=True)
@@ -111,94 +174,108 @@ class TrainConfig:
     "Everything a training run needs besides the data; stored in every checkpoint."
 
     model: ModelConfig | RecurrentConfig = field(default_factory=run_model)
-    epochs: int = 20
-    max_tokens: int = 4096  # padded tokens per batch (longer side)
-    accum_iter: int = 1  # batches per optimizer step
-    factor: float = 1.0  # learning-rate scale of eq. (5)
-    warmup: int = 1000  # optimizer steps of linear warmup
-    smoothing: float = 0.1  # label smoothing (§5.4)
-    max_grad_norm: float | None = 1.0  # clip the gradient norm; None: no clipping
-    seed: int = 0
-    src_lang: str = "de"  # Multi30k's language codes (and spaCy's, for words)
-    tgt_lang: str = "en"
-    vocab_size: int | None = None  # subwords: one shared vocabulary of this size; None: words
-    train_pairs: int | None = None  # a random subset of this many training pairs; None: all
-    subset_seed: int | None = None  # which subset train_pairs draws; None: the seed's
-    skip_long: bool = False  # leave out training pairs longer than the model's max_len
+    corpus: str = setting("multi30k", "the corpus to train on: its name in data.CORPORA", **_CORPUS)
+    epochs: int = setting(20, "total epochs", low=1, high=100_000)
+    max_tokens: int = setting(4096, "padded tokens per batch (longer side)", low=1, high=10**7)
+    accum_iter: int = setting(1, "batches per optimizer step", low=1, high=100_000)
+    factor: float = setting(1.0, None, above=0, high=1e3)  # learning-rate scale of eq. (5)
+    warmup: int = setting(1000, "optimizer steps of linear warmup", low=1, high=10**8)
+    smoothing: float = setting(0.1, None, low=0, below=1)  # label smoothing (§5.4)
+    max_grad_norm: float | None = setting(1.0, None, above=0)  # clip the gradients; None: don't
+    seed: int = setting(0, "random seed", **_SEED)
+    src_lang: str = setting("de", "Multi30k's source language: de, en, fr, ...", **_LANGUAGE)
+    tgt_lang: str = setting("en", "Multi30k's target language", **_LANGUAGE)
+    vocab_size: int | None = setting(None, None, low=261, high=10**6)  # subwords; None: words
+    train_pairs: int | None = setting(None, _PAIRS, low=1, metavar="N")
+    subset_seed: int | None = setting(None, _SUBSET, metavar="SEED", **_SEED)
+    skip_long: bool = setting(False, _SKIP)
 
     def __post_init__(self):
-        if not isinstance(self.model, (ModelConfig, RecurrentConfig)):
-            raise TypeError(f"model must be a ModelConfig or RecurrentConfig, got {self.model!r}")
-        for name in _RULES:
-            _check(name, getattr(self, name))
-        _check_others(self)
+        check_settings(self)
+        _check_together(self)
 
     def to_dict(self) -> dict:
         "Plain data, for checkpoints."
         return asdict(self)
 
-    @classmethod
-    def from_dict(cls, d: dict) -> TrainConfig:
-        "The configuration a dictionary (a checkpoint's, a config file's) describes."
-        if not isinstance(d, dict) or "model" not in d:
-            raise ValueError(f"a training configuration is a table with a model, got {d!r}")
-        unknown = sorted(set(d) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown training setting {unknown[0]!r}")
-        return cls(**{**d, "model": model_config(d["model"])})
-
 # %% ../nbs/13_configuration.ipynb #6975b1b1
-def _check_others(config: TrainConfig) -> None:
-    "Check the languages, skip_long, and the settings that need another: tying, the subset seed."
-    for name in ("src_lang", "tgt_lang"):
-        value = getattr(config, name)
-        if not (isinstance(value, str) and _LANGUAGE.fullmatch(value)):
-            raise ValueError(
-                f"{name} must be a language code such as de, en or fr, got {name}={value!r}"
-            )
-    if not isinstance(config.skip_long, bool):
-        raise ValueError(f"skip_long must be true or false, got skip_long={config.skip_long!r}")
+def _check_together(config: TrainConfig) -> None:
+    "Check the model, and the settings that need another: tying, the subset's seed."
+    if not isinstance(config.model, (ModelConfig, RecurrentConfig)):
+        raise ChoiceError(f"model must be a ModelConfig or RecurrentConfig, got {config.model!r}")
     if config.model.share_embeddings and config.vocab_size is None:
-        raise ValueError(
+        raise ChoiceError(
             "share_embeddings needs one vocabulary for both languages: set vocab_size (subwords)"
         )
     if config.subset_seed is not None and config.train_pairs is None:
-        raise ValueError("subset_seed chooses train_pairs' subset: set train_pairs too")
+        raise ChoiceError("subset_seed chooses train_pairs' subset: set train_pairs too")
+
+# %% ../nbs/13_configuration.ipynb #120afcad
+def _from_dict(cls, d: dict) -> TrainConfig:
+    "The configuration a dictionary (a checkpoint's, a config file's) describes."
+    if not isinstance(d, dict) or "model" not in d:
+        raise ValueError(f"a training configuration is a table with a model, got {d!r}")
+    unknown = sorted(set(d) - {f.name for f in fields(cls)})
+    if unknown:
+        raise ValueError(f"unknown training setting {unknown[0]!r}")
+    return cls(**{**d, "model": model_config(d["model"])})
+
+
+TrainConfig.from_dict = classmethod(_from_dict)
+
+# %% ../nbs/13_configuration.ipynb #40aadb68
+def check_device(name: str) -> None:
+    "Raise a one-line ChoiceError unless `name` is a device PyTorch knows and this machine has."
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ChoiceError(f"{name!r} is not a device: use cpu, cuda, cuda:N or mps") from None
+    if device.type == "cpu":
+        return
+    cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    count = {"cuda": cuda, "mps": int(torch.backends.mps.is_available())}
+    if device.type not in count:
+        raise ChoiceError(
+            f"{name!r} is not a device this command runs on: use cpu, cuda, cuda:N or mps"
+        )
+    n = count[device.type]
+    if n == 0:
+        raise ChoiceError(
+            f"{name} is not available: this machine has no {device.type} device that PyTorch "
+            f"can use"
+        )
+    if (device.index or 0) >= n:
+        raise ChoiceError(
+            f"{name} is not available: this machine has {n} {device.type} device(s), "
+            f"{device.type}:0 to {device.type}:{n - 1}"
+        )
 
 # %% ../nbs/13_configuration.ipynb #b87a9b4d
 PRECISION_NAMES = ("fp32", "bf16", "fp16")  # the multi-GPU chapter's PRECISIONS gives each a dtype
+_DEVICE = "cpu, cuda, cuda:N or mps (default: train on cuda when available; decode on cpu)"
+_PRECISION = "mixed precision (default: bf16 on GPUs that support it, else fp32)"
+_BACKEND = "under torchrun: the collective backend (default: nccl on GPUs, gloo on CPUs)"
+_QUIET = "no progress bars (none when the output is not a terminal)"
+_FUSED = "the loss from the decoder's outputs in chunks, never all logits at once: less memory"
 
 
 @dataclass(frozen=True)
 class RuntimeOptions:
-    "How a run trains on this machine; not stored in its checkpoints."
+    "How a run trains on this machine; not stored in its checkpoints. None: chosen for the machine."
 
-    device: str | None = None  # "cuda", "cpu", "cuda:1", ...; None: a GPU when there is one
-    precision: str = "fp32"  # "bf16", or "fp16" with a gradient scaler (mixed precision)
-    compile: bool = False  # torch.compile the model
-    fused_loss: bool = False  # the loss from the decoder's outputs, chunk by chunk: less memory
-    tensorboard: bool = False  # also log each epoch's figures for TensorBoard
-    progress: bool = True  # progress bars
-    keep_epochs: int = 5  # weights-only checkpoints of the last epochs kept, for averaging
+    device: str | None = setting(None, _DEVICE, check=check_device)
+    precision: str | None = setting(None, _PRECISION, choices=PRECISION_NAMES)
+    backend: str | None = setting(None, _BACKEND, choices=("nccl", "gloo"))
+    compile: bool = setting(False, "torch.compile the model")
+    fused_loss: bool = setting(False, _FUSED)
+    tensorboard: bool = setting(False, "also write TensorBoard logs to OUT/tensorboard")
+    progress: bool = setting(True, _QUIET, flag="--quiet")  # the flag turns it off
+    keep_epochs: int = setting(5, None, low=1)  # weights-only epoch checkpoints kept, for averaging
 
     def __post_init__(self):
-        if self.precision not in PRECISION_NAMES:
-            raise ValueError(
-                f"precision must be one of {', '.join(PRECISION_NAMES)}, got {self.precision!r}"
-            )
-        if (
-            isinstance(self.keep_epochs, bool)
-            or not isinstance(self.keep_epochs, int)
-            or self.keep_epochs < 1
-        ):
-            raise ValueError(
-                f"keep_epochs must be a whole number at least 1, got {self.keep_epochs!r}"
-            )
+        check_settings(self)
 
 # %% ../nbs/13_configuration.ipynb #612e9c82
-DEFAULT_VOCAB_SIZE = 8000  # subword pieces of a run on your own files, unless told otherwise
-
-
 def read_config_file(path: Path) -> TrainConfig:
     "The training configuration in a JSON or TOML file: any TrainConfig settings, the rest default."
     path = Path(path)
@@ -222,31 +299,69 @@ def read_config_file(path: Path) -> TrainConfig:
     except (ValueError, TypeError, UnicodeDecodeError) as error:  # not JSON/TOML, a bad setting
         raise ValueError(f"{path}: {' '.join(str(error).split())}") from None
 
-# %% ../nbs/13_configuration.ipynb #a432a658
-class ChoiceError(ValueError):
-    "Choices that contradict each other: on the command line, a usage error."
-
 # %% ../nbs/13_configuration.ipynb #b503d4ff
+def setting_like(cls: type, name: str, help: str | None) -> Field:
+    "A setting with the rules of `cls`'s setting `name`, its own help, and None: not given."
+    rules = next(f for f in fields(cls) if f.name == name).metadata
+    return setting(None, **{**rules, "help": help})
+
+# %% ../nbs/13_configuration.ipynb #93b2f672
+DEFAULT_VOCAB_SIZE = 8000  # subword pieces of a run on your own files, unless told otherwise
+_SIZE = "the Transformer's size, all pre-norm (default multi30k; small: minutes on a CPU)"
+_ARCH = "the architecture: transformer (default), lstm (Luong et al.) or lexical (Nguyen & Chiang)"
+_LAYERS = "--arch lstm or lexical: the {} LSTM layers (default: the model's)"
+_VOCAB = (
+    f"subwords: one shared vocabulary of this size, tied embeddings (default for your own files: "
+    f"{DEFAULT_VOCAB_SIZE}; Multi30k: words unless given)"
+)
+
+
 @dataclass(frozen=True)
 class Choices:
     "Settings given for a run, as the command line's flags give them: None where not given."
 
-    size: str | None = None  # a Transformer size: a key of PRESETS
-    arch: str | None = None  # "transformer", or a recurrent architecture (a key of ARCHS)
-    enc_layers: int | None = None  # a recurrent model's encoder layers
-    dec_layers: int | None = None  # a recurrent model's decoder layers
-    dropout: float | None = None
-    vocab_size: int | None = None  # subwords
+    size: str | None = setting(None, _SIZE, choices=tuple(PRESETS), flag="--model")
+    arch: str | None = setting(None, _ARCH, choices=("transformer", *ARCHS))
+    enc_layers: int | None = setting(None, _LAYERS.format("encoder's bidirectional"), low=1)
+    dec_layers: int | None = setting(None, _LAYERS.format("decoder's"), low=1)
+    dropout: float | None = setting(None, "dropout rate (default: the model's)", low=0, below=1)
+    vocab_size: int | None = setting_like(TrainConfig, "vocab_size", _VOCAB)
     train: dict = field(default_factory=dict)  # other TrainConfig fields: epochs, seed, ...
 
     def __post_init__(self):
-        unknown = sorted(
-            set(self.train) - ({f.name for f in fields(TrainConfig)} - {"model", "vocab_size"})
-        )
+        check_settings(self)
+        allowed = {f.name for f in fields(TrainConfig)} - {"model", "vocab_size"}
+        unknown = sorted(set(self.train) - allowed)
         if unknown:
-            raise ValueError(f"unknown training settings: {', '.join(unknown)}")
+            raise ChoiceError(f"unknown training settings: {', '.join(unknown)}")
 
 # %% ../nbs/13_configuration.ipynb #f26ac1e1
+def _transformer(start, choices: Choices, by_default: bool, shared: bool) -> ModelConfig:
+    "The Transformer `choices` make of `start`: a file's or checkpoint's unless resized."
+    if choices.enc_layers is not None or choices.dec_layers is not None:
+        raise ChoiceError(
+            "--enc-layers and --dec-layers size a recurrent model (--arch lstm or "
+            "lexical): a Transformer's size comes from --model"
+        )
+    if choices.size is None and arch_of(start) == "transformer" and not by_default:
+        return start
+    size = run_model(choices.size) if choices.size else run_model()
+    return replace(size, share_embeddings=shared)
+
+
+def _recurrent(start, choices: Choices, arch: str, by_default: bool, shared: bool):
+    "The recurrent model `choices` make of `start`: its architecture and layers."
+    if choices.size is not None:
+        raise ChoiceError(
+            f"--model chooses a Transformer's size: it does not apply to --arch {arch} "
+            f"(use --enc-layers and --dec-layers)"
+        )
+    keep = arch_of(start) == arch and not by_default
+    base = start if keep else RecurrentConfig(arch=arch, share_embeddings=shared)
+    layers = {"enc_layers": choices.enc_layers, "dec_layers": choices.dec_layers}
+    return replace(base, **{k: v for k, v in layers.items() if v is not None})
+
+# %% ../nbs/13_configuration.ipynb #78514b6d
 def choose_model(
     start: ModelConfig | RecurrentConfig,  # the model a run starts from
     choices: Choices,
@@ -255,32 +370,10 @@ def choose_model(
 ) -> ModelConfig | RecurrentConfig:
     "The model `choices` make of `start`: its size or architecture, layers and dropout."
     arch = choices.arch or arch_of(start)
-    layers = {
-        k: v
-        for k, v in (("enc_layers", choices.enc_layers), ("dec_layers", choices.dec_layers))
-        if v is not None
-    }
     if arch == "transformer":
-        if layers:
-            raise ChoiceError(
-                "--enc-layers and --dec-layers size a recurrent model (--arch lstm or "
-                "lexical): a Transformer's size comes from --model"
-            )
-        keep = choices.size is None and arch_of(start) == "transformer" and not by_default
-        model = (
-            start
-            if keep
-            else replace(run_model(choices.size or "multi30k"), share_embeddings=shared)
-        )
+        model = _transformer(start, choices, by_default, shared)
     else:
-        if choices.size is not None:
-            raise ChoiceError(
-                f"--model chooses a Transformer's size: it does not apply to --arch {arch} "
-                f"(use --enc-layers and --dec-layers)"
-            )
-        keep = arch_of(start) == arch and not by_default
-        base = start if keep else RecurrentConfig(arch=arch, share_embeddings=shared)
-        model = replace(base, **layers)
+        model = _recurrent(start, choices, arch, by_default, shared)
     return model if choices.dropout is None else replace(model, dropout=choices.dropout)
 
 # %% ../nbs/13_configuration.ipynb #b9bc6893
@@ -323,8 +416,8 @@ def resolve_config(
 ) -> TrainConfig:
     "A run's configuration: defaults or a file, choices, data policy; on a resume, the stored one."
     if stored is not None and config_file is not None:
-        raise ValueError(
-            "a config file sets up a new run; a resumed run keeps its own configuration"
+        raise ChoiceError(
+            "--config sets up a new run; a resumed run keeps the configuration in its checkpoint"
         )
     start = stored or (read_config_file(config_file) if config_file else TrainConfig())
     new_own = own_files and stored is None

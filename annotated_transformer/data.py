@@ -1,5 +1,6 @@
-"""Multi30k from the raw files (download, cache and verify) or your own line-aligned files; tokenizers
-for words, behind one small interface; vocabularies; sentences as ids.
+"""Multi30k from the raw files (download, cache and verify) or your own line-aligned files; corpora,
+where pairs of sequences come from, behind one small interface; tokenizers for words; vocabularies;
+sentences as ids.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/data.html.md"""
 
@@ -19,19 +20,22 @@ import urllib.request
 import warnings
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 from tqdm import tqdm
 
+from .config import ChoiceError
+
 # %% auto #0
-__all__ = ['MULTI30K_URL', 'SPLITS', 'SHA256', 'DATA_DIR_ENV', 'STAMP_FILE', 'SPECIALS', 'split_files', 'cache_dir', 'download',
-           'sha256_of_file', 'file_sha256', 'cached_download', 'languages_in', 'multi30k_paths', 'read_lines',
-           'load_multi30k', 'read_parallel', 'Tokenizer', 'join_words', 'SpacyTokenizer', 'load_tokenizers', 'Vocab',
+__all__ = ['MULTI30K_URL', 'SPLITS', 'SHA256', 'DATA_DIR_ENV', 'STAMP_FILE', 'Log', 'CORPORA', 'SPECIALS', 'split_files',
+           'cache_dir', 'download', 'sha256_of_file', 'file_sha256', 'cached_download', 'languages_in',
+           'multi30k_paths', 'read_lines', 'load_multi30k', 'read_parallel', 'Corpus', 'Multi30k', 'ParallelFiles',
+           'InMemory', 'open_corpus', 'Tokenizer', 'join_words', 'SpacyTokenizer', 'load_tokenizers', 'Vocab',
            'EncodedPairs', 'encode_pairs']
 
 # %% ../nbs/11_data.ipynb #d6f3bf26
@@ -53,7 +57,7 @@ SHA256 = {
 }
 DATA_DIR_ENV = "MULTI30K_DIR"  # names a folder holding the files; then nothing is downloaded
 
-
+# %% ../nbs/11_data.ipynb #71ed55b4
 def split_files(
     split: str,  # 'train', 'val' or 'test2016'
     langs: Sequence[str] = ("de", "en"),  # Multi30k's language codes, source first
@@ -181,7 +185,7 @@ def languages_in(folder: Path) -> list[str]:
     "The language codes of the Multi30k training files in `folder` (train.de.gz -> de)."
     return sorted(p.name.split(".")[1] for p in Path(folder).glob("train.*.gz"))
 
-
+# %% ../nbs/11_data.ipynb #05112496
 def multi30k_paths(
     split: str,
     data_dir: str | Path | None = None,
@@ -279,6 +283,142 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[tupl
     pairs = [(src, tgt) for src, tgt in lines if src.strip() and tgt.strip()]
     return pairs, len(lines) - len(pairs)
 
+# %% ../nbs/11_data.ipynb #317b40d4
+Log = Callable[[str], None]  # where a step says what it did: print, a list's append, ...
+
+
+@runtime_checkable
+class Corpus(Protocol):
+    "Where pairs of sequences come from: a name, test splits, and the (source, target) pairs."
+
+    name: str  # what a run's configuration records (TrainConfig.corpus)
+    test_splits: tuple[str, ...]  # beside "train" and "val"; evaluation's default is the first
+    subwords: bool  # a new run learns subwords; False: spaCy's words of the run's languages
+
+    def pairs(self, split: str, log: Log = print) -> list[tuple[str, str]]:
+        "The pairs of `split`; anything left out is said through `log`."
+        ...
+
+    def origin(self) -> dict:
+        "What a checkpoint records of the training and validation pairs' source."
+        ...
+
+# %% ../nbs/11_data.ipynb #59fad491
+@dataclass(frozen=True)
+class Multi30k:
+    "Multi30k's image descriptions in two of its languages (German to English by default)."
+
+    data_dir: str | Path | None = None  # the files' folder; None: $MULTI30K_DIR, else downloaded
+    langs: tuple[str, str] = ("de", "en")  # source and target
+    name: ClassVar[str] = "multi30k"
+    test_splits: ClassVar[tuple[str, ...]] = tuple(s for s in SPLITS if s not in ("train", "val"))
+    subwords: ClassVar[bool] = False
+
+    def pairs(self, split: str, log: Log = print) -> list[tuple[str, str]]:
+        "The pairs of a split: 'train', 'val' or 'test2016'."
+        return load_multi30k(split, self.data_dir, langs=self.langs)
+
+    def origin(self) -> dict:
+        "The languages (the files are the published ones, or warned about)."
+        return {"multi30k": list(self.langs)}
+
+# %% ../nbs/11_data.ipynb #0f54c5cd
+def _check_files(**files: tuple[str | Path, str | Path] | None) -> None:
+    "Raise a one-line error naming the first file that is missing or a folder (a usage error)."
+    for split, paths in files.items():
+        for side, path in zip(("source", "target"), paths or ()):
+            if Path(path).is_dir():
+                raise ChoiceError(f"{path} ({split} {side}) is a folder, not a file")
+            if not Path(path).is_file():
+                raise ChoiceError(f"{path} ({split} {side}): no such file")
+
+
+def _read_pairs(split: str, src: str | Path, tgt: str | Path, log: Log) -> list[tuple[str, str]]:
+    "The pairs of two files with no empty side, refusing none at all; how many had one, in `log`."
+    pairs, skipped = read_parallel(src, tgt)
+    if not pairs:
+        raise ValueError(f"{src} and {tgt} hold no sentence pairs")
+    if skipped:
+        log(
+            f"{split}: skipped {skipped:,} pairs with an empty line on one side or both "
+            f"({src}, {tgt})"
+        )
+    return pairs
+
+
+def _file_origin(paths: tuple[str | Path, str | Path]) -> dict:
+    "Two files' names and SHA-256s: what a checkpoint records of them."
+    return {"files": [str(p) for p in paths], "sha256": [sha256_of_file(Path(p)) for p in paths]}
+
+# %% ../nbs/11_data.ipynb #adb7d920
+@dataclass(frozen=True)
+class ParallelFiles:
+    "Your own files: per split a source and a target file, line i of one translating line i."
+
+    train: tuple[str | Path, str | Path]  # (source, target)
+    val: tuple[str | Path, str | Path]
+    test: tuple[str | Path, str | Path] | None = None  # evaluation's default split, if given
+    name: ClassVar[str] = "files"
+    subwords: ClassVar[bool] = True
+
+    def __post_init__(self):
+        _check_files(train=self.train, val=self.val, test=self.test)
+
+    @property
+    def test_splits(self) -> tuple[str, ...]:
+        return () if self.test is None else ("test",)
+
+    def pairs(self, split: str, log: Log = print) -> list[tuple[str, str]]:
+        "The pairs of 'train', 'val' or 'test' with no empty side; how many had one, in `log`."
+        return _read_pairs(split, *getattr(self, split), log)
+
+    def origin(self) -> dict:
+        "Each training and validation file's name and SHA-256."
+        return {split: _file_origin(getattr(self, split)) for split in ("train", "val")}
+
+# %% ../nbs/11_data.ipynb #fc97400c
+@dataclass(frozen=True)
+class InMemory:
+    "Pairs given in Python: the training and validation pairs, and test pairs if any."
+
+    train: list[tuple[str, str]]
+    val: list[tuple[str, str]]
+    test: list[tuple[str, str]] | None = None  # evaluation's default split, if given
+    name: ClassVar[str] = "pairs"
+    subwords: ClassVar[bool] = True
+
+    @property
+    def test_splits(self) -> tuple[str, ...]:
+        return () if self.test is None else ("test",)
+
+    def pairs(self, split: str, log: Log = print) -> list[tuple[str, str]]:
+        "The pairs of 'train', 'val' or 'test'."
+        return list(getattr(self, split))
+
+    def origin(self) -> dict:
+        "The SHA-256 of the training and validation pairs."
+        text = json.dumps({"train": self.train, "val": self.val}, sort_keys=True)
+        return {"pairs": hashlib.sha256(text.encode()).hexdigest()}
+
+# %% ../nbs/11_data.ipynb #171ef470
+CORPORA: dict[str, Callable[..., Corpus]] = {  # name -> corpus(data_dir=..., langs=...)
+    Multi30k.name: Multi30k
+}
+
+
+def open_corpus(
+    name: str,  # a key of CORPORA: a run's TrainConfig.corpus
+    data_dir: str | Path | None = None,  # the corpus's folder; None: its default
+    langs: tuple[str, str] = ("de", "en"),  # source and target language, where it has several
+) -> Corpus:
+    "The registered corpus called `name`."
+    if name not in CORPORA:
+        raise ValueError(
+            f"unknown corpus {name!r}: choose one of {', '.join(CORPORA)} "
+            "(your own data: pass its files or pairs)"
+        )
+    return CORPORA[name](data_dir=data_dir, langs=langs)
+
 # %% ../nbs/11_data.ipynb #6417a010
 @runtime_checkable
 class Tokenizer(Protocol):
@@ -310,7 +450,7 @@ def join_words(tokens: Sequence[str]) -> str:
         out += token if glue else " " + token
     return out
 
-
+# %% ../nbs/11_data.ipynb #dc5bdd0d
 class SpacyTokenizer:
     "Words, as spaCy's rule-based tokenizer of a language splits them; joined back by `join_words`."
 
@@ -338,7 +478,7 @@ class SpacyTokenizer:
         "The sentence of `tokens` (see `join_words`)."
         return join_words(tokens)
 
-
+# %% ../nbs/11_data.ipynb #2fd4e25c
 def load_tokenizers(langs: Sequence[str] = ("de", "en")) -> tuple[SpacyTokenizer, ...]:
     "spaCy's word tokenizers of `langs`: German and English by default."
     return tuple(SpacyTokenizer(lang) for lang in langs)
@@ -347,25 +487,22 @@ def load_tokenizers(langs: Sequence[str] = ("de", "en")) -> tuple[SpacyTokenizer
 SPECIALS = ("<s>", "</s>", "<blank>", "<unk>")  # start, end, padding, unknown: ids 0 to 3
 
 # %% ../nbs/11_data.ipynb #9d16dd50
-class Vocab:
+def _check_vocabulary(tokens: Sequence[str]) -> None:
+    "Raise a one-line error unless `tokens` start with the specials and name no token twice."
+    if tuple(tokens[: len(SPECIALS)]) != SPECIALS:
+        raise ValueError(f"a vocabulary must start with the special tokens {SPECIALS}")
+    if len(set(tokens)) != len(tokens):
+        raise ValueError("a vocabulary must not list a token twice")
+
+
+class _TokenIds:
     "Token <-> id mapping with the special tokens <s>, </s>, <blank> (padding) and <unk> first."
 
     def __init__(self, tokens: Sequence[str]):
-        if tuple(tokens[: len(SPECIALS)]) != SPECIALS:
-            raise ValueError(f"a vocabulary must start with the special tokens {SPECIALS}")
-        if len(set(tokens)) != len(tokens):
-            raise ValueError("a vocabulary must not list a token twice")
+        _check_vocabulary(tokens)
         self.itos = list(tokens)
         self.stoi = {t: i for i, t in enumerate(self.itos)}
         self.bos, self.eos, self.pad, self.unk = range(len(SPECIALS))
-
-    @classmethod
-    def build(cls, sentences: Iterable[Sequence[str]], min_freq: int = 2) -> Vocab:
-        "The vocabulary of the tokens occurring at least `min_freq` times in `sentences`."
-        counts = Counter(t for sentence in sentences for t in sentence)
-        frequent = (t for t, c in counts.items() if c >= min_freq and t not in SPECIALS)
-        kept = sorted(frequent, key=lambda t: (-counts[t], t))  # ties in alphabetical order
-        return cls([*SPECIALS, *kept])
 
     def __len__(self) -> int:
         return len(self.itos)
@@ -377,6 +514,18 @@ class Vocab:
     def encode_sentence(self, tokens: Sequence[str]) -> list[int]:
         "Ids of a whole sentence as the model reads and writes it: <s>, the ids of `tokens`, </s>."
         return [self.bos, *self.encode(tokens), self.eos]
+
+# %% ../nbs/11_data.ipynb #7938976d
+class Vocab(_TokenIds):
+    "Token <-> id mapping with the special tokens <s>, </s>, <blank> (padding) and <unk> first."
+
+    @classmethod
+    def build(cls, sentences: Iterable[Sequence[str]], min_freq: int = 2) -> Vocab:
+        "The vocabulary of the tokens occurring at least `min_freq` times in `sentences`."
+        counts = Counter(t for sentence in sentences for t in sentence)
+        frequent = (t for t, c in counts.items() if c >= min_freq and t not in SPECIALS)
+        kept = sorted(frequent, key=lambda t: (-counts[t], t))  # ties in alphabetical order
+        return cls([*SPECIALS, *kept])
 
     def decode(self, ids: Iterable[int], strip_specials: bool = True) -> list[str]:
         "Tokens of `ids`; by default without <s>, <blank> and anything from </s> on."

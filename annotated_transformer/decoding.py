@@ -17,7 +17,7 @@ from torch import Tensor
 from .model import EncoderDecoder, subsequent_mask
 
 # %% auto #0
-__all__ = ['greedy_decode', 'length_penalty', 'Hypothesis', 'beam_decode', 'Decoder', 'PrefixDecoder', 'KVCache', 'CachedDecoder', 'Decodable', 'begin_decoding', 'greedy_search', 'beam_search']
+__all__ = ['ALPHA', 'greedy_decode', 'length_penalty', 'Hypothesis', 'best_extensions', 'beam_decode', 'Decoder', 'PrefixDecoder', 'CachedDecoder', 'Decodable', 'begin_decoding', 'greedy_search', 'beam_search']
 
 # %% ../nbs/05_decoding.ipynb #ab7f8f52
 @torch.no_grad()
@@ -47,6 +47,9 @@ def greedy_decode(
     return ys
 
 # %% ../nbs/05_decoding.ipynb #d43b6327
+ALPHA = 0.6  # the paper's length penalty alpha (§6.1): the library's one default
+
+
 def length_penalty(
     # |Y|, the generated tokens (end symbol included); a tensor of them gives a tensor
     length: int | Tensor,
@@ -70,6 +73,27 @@ class Hypothesis(NamedTuple):
     tokens: list[int]
     score: float
 
+# %% ../nbs/05_decoding.ipynb #5616f0ce
+@torch.no_grad()
+def best_extensions(
+    model: EncoderDecoder,
+    memory: Tensor,  # (1, S, D): the sentence's encoder output
+    src_mask: Tensor,  # (1, 1, S)
+    beams: list[tuple[list[int], float]],  # n beams: (tokens after the start symbol, log-prob)
+    start_symbol: int,
+    count: int,  # how many to keep: 2K
+) -> list[tuple[list[int], float]]:
+    "The `count` likeliest one-token extensions of the beams, with log-probabilities, best first."
+    n, device = len(beams), memory.device
+    ys = torch.tensor([[start_symbol, *tokens] for tokens, _ in beams], device=device)  # (n, t)
+    mask = subsequent_mask(ys.size(1)).to(device)  # (1, t, t)
+    out = model.decode(memory.expand(n, -1, -1), src_mask.expand(n, -1, -1), ys, mask)
+    logp = model.generator(out[:, -1])  # (n, V): the next token of each beam
+    V = logp.size(-1)
+    total = torch.tensor([lp for _, lp in beams], device=device).unsqueeze(1) + logp  # (n, V)
+    top, index = total.flatten().topk(min(count, n * V))  # (<= count,): best first
+    return [(beams[i // V][0] + [i % V], lp) for i, lp in zip(index.tolist(), top.tolist())]
+
 # %% ../nbs/05_decoding.ipynb #b7a1c0de
 @torch.no_grad()
 def beam_decode(
@@ -80,26 +104,14 @@ def beam_decode(
     start_symbol: int,
     end_symbol: int,
     beam_size: int = 4,  # K; the paper uses 4
-    alpha: float = 0.6,  # the length penalty's; the paper uses 0.6
+    alpha: float = ALPHA,  # the length penalty's, the paper's by default
 ) -> list[Hypothesis]:
     "Beam search for one sentence, written to be read: its best hypotheses (at most K), best first."
-    K, device = beam_size, src.device
-    memory = model.encode(src, src_mask)  # (1, S, D)
-    beams = [([], 0.0)]  # (tokens after the start symbol, log-probability)
-    finished = []
+    K, memory = beam_size, model.encode(src, src_mask)  # (1, S, D)
+    beams, finished = [([], 0.0)], []  # beams: (tokens after the start symbol, log-probability)
     score = lambda tokens, logp: Hypothesis(tokens, logp / length_penalty(len(tokens), alpha))
     for t in range(1, max_len):  # t tokens fed so far
-        n = len(beams)
-        ys = torch.tensor([[start_symbol, *tokens] for tokens, _ in beams], device=device)  # (n, t)
-        mask = subsequent_mask(t).to(device)  # (1, t, t)
-        out = model.decode(memory.expand(n, -1, -1), src_mask.expand(n, -1, -1), ys, mask)
-        logp = model.generator(out[:, -1])  # (n, V): the next token of each beam
-        V = logp.size(-1)
-        total = torch.tensor([lp for _, lp in beams], device=device).unsqueeze(1) + logp  # (n, V)
-        top, index = total.flatten().topk(min(2 * K, n * V))  # (<= 2K,): best first
-        candidates = [
-            (beams[i // V][0] + [i % V], lp) for i, lp in zip(index.tolist(), top.tolist())
-        ]
+        candidates = best_extensions(model, memory, src_mask, beams, start_symbol, 2 * K)
         finished += [score(tokens, lp) for tokens, lp in candidates[:K] if tokens[-1] == end_symbol]
         beams = [(tokens, lp) for tokens, lp in candidates if tokens[-1] != end_symbol][:K]
         if len(finished) >= K:  # terminate early
@@ -112,7 +124,7 @@ def beam_decode(
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from .model import MultiHeadedAttention, attention
+from .model import DecoderCache
 
 # %% ../nbs/19_engines.ipynb #5d6be7dc
 @runtime_checkable
@@ -148,113 +160,23 @@ class PrefixDecoder:
         "Keep these rows (B',), in this order."
         self.memory, self.src_mask, self.ys = self.memory[rows], self.src_mask[rows], self.ys[rows]
 
-# %% ../nbs/19_engines.ipynb #f9666445
-class KVCache:
-    """One self-attention layer's keys and values of the positions decoded so far, in room
-    allocated ahead; reordering the rows copies only the rows that change."""
-
-    def __init__(self, rows: int, h: int, d_k: int, d_v: int, like: Tensor, room: int = 16):
-        self.keys = like.new_empty(rows, h, room, d_k)  # (B, h, room, d_k)
-        self.values = like.new_empty(rows, h, room, d_v)  # (B, h, room, d_v)
-        self.t = 0  # positions filled
-
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store the newest position's k (B, h, 1, d_k) and v (B, h, 1, d_v); return the keys
-        (B, h, t, d_k) and values (B, h, t, d_v) of all t positions so far."""
-        if self.t == self.keys.size(2):  # full: twice the room, so a copy only every doubling
-            self.keys = torch.cat([self.keys, torch.empty_like(self.keys)], dim=2)
-            self.values = torch.cat([self.values, torch.empty_like(self.values)], dim=2)
-        self.keys[:, :, self.t] = k[:, :, 0]
-        self.values[:, :, self.t] = v[:, :, 0]
-        self.t += 1
-        return self.keys[:, :, : self.t], self.values[:, :, : self.t]  # views, not copies
-
-    def select(self, rows: Tensor) -> None:
-        "Keep these rows (B',), in this order."
-        if len(rows) != self.keys.size(0):  # rows leave (or are repeated): a cache of the new size
-            self.keys = self.keys.index_select(0, rows)
-            self.values = self.values.index_select(0, rows)
-            return
-        # as many rows: copy only those that take another row's place (in beam search, a beam
-        # that extends itself stays in its row)
-        moved = (rows != torch.arange(len(rows), device=rows.device)).nonzero().squeeze(1)
-        for cache in (self.keys, self.values):
-            filled = cache[:, :, : self.t]  # a view: index_copy_ writes into the cache
-            filled.index_copy_(0, moved, filled.index_select(0, rows[moved]))
-
-# %% ../nbs/19_engines.ipynb #c7d6dacc
-def _self_attend(attn: MultiHeadedAttention, x: Tensor, cache: KVCache) -> Tensor:
-    "Self-attention of the newest position x (B K, 1, D) to every position so far, kept in `cache`."
-    q = attn.split_heads(attn.w_q(x))  # (B K, h, 1, d_k)
-    k, v = attn.split_heads(attn.w_k(x)), attn.split_heads(attn.w_v(x))
-    keys, values = cache.append(k, v)  # (B K, h, t + 1, d_k), (B K, h, t + 1, d_v)
-    # no mask: the newest position may attend to all; for one query this beats SDPA on a CPU
-    out, _ = attention(q, keys, values)  # (B K, h, 1, d_v)
-    return attn.w_o(out.transpose(1, 2).flatten(2))  # (B K, 1, D)
-
-
-def _source_attend(
-    attn: MultiHeadedAttention,
-    x: Tensor,  # (B K, 1, D): K rows a sentence, its beams
-    keys: Tensor,  # (B, h, S, d_k): the source's, once per sentence
-    values: Tensor,  # (B, h, S, d_v)
-    src_mask: Tensor,  # (B, 1, 1, S)
-) -> Tensor:
-    "Encoder-decoder attention: the K beams of a sentence are K queries of its one source."
-    B = keys.size(0)
-    K = x.size(0) // B
-    q = attn.w_q(x).view(B, K, attn.h, attn.d_k).transpose(1, 2)  # (B, h, K, d_k)
-    out, _ = attention(q, keys, values, src_mask)  # (B, h, K, d_v)
-    return attn.w_o(out.transpose(1, 2).reshape(B * K, 1, -1))  # (B K, 1, D)
-
 # %% ../nbs/19_engines.ipynb #fe034292
 class CachedDecoder:
-    """Decodes one position per step, keeping every layer's self-attention keys and values
-    (incremental decoding); with `beams=K`, row j * K + b is beam b of sentence j."""
+    """Decodes one position per step through the model's own `step`, keeping every layer's keys and
+    values (incremental decoding); with `beams=K`, row j * K + b is beam b of sentence j."""
 
     def __init__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor, beams: int = 1):
         if model.training:
             raise ValueError("CachedDecoder computes without dropout: call model.eval() first")
-        self.model, self.beams, self.t = model, beams, 0
-        layers = model.decoder.layers
-        # encoder-decoder attention's keys and values, once per sentence (not per beam):
-        # (B, h, S, d_k) per layer, made contiguous once instead of copied in every product
-        project = lambda attn, w: attn.split_heads(w(memory)).contiguous()
-        self.src_k = [project(layer.src_attn, layer.src_attn.w_k) for layer in layers]
-        self.src_v = [project(layer.src_attn, layer.src_attn.w_v) for layer in layers]
-        self.src_mask = src_mask.unsqueeze(1)  # (B, 1, 1, S): the same for every head and beam
-        attn = layers[0].self_attn
-        rows = memory.size(0) * beams
-        self.caches = [KVCache(rows, attn.h, attn.d_k, attn.d_v, memory) for _ in layers]
+        self.model, self.cache = model, DecoderCache(model, memory, src_mask, beams)
 
     def step(self, y: Tensor) -> Tensor:
         "Newest tokens (B K,) -> log-probabilities of the next token (B K, V)."
-        if self.t >= self.model.max_len:
-            raise ValueError(
-                f"position {self.t} is beyond the positional-encoding table "
-                f"(max_len={self.model.max_len})"
-            )
-        embed, position = self.model.tgt_embed  # Embeddings, PositionalEncoding
-        # (B K, 1, D)
-        x = position.dropout(embed(y.unsqueeze(1)) + position.pe[:, self.t : self.t + 1])
-        for i, layer in enumerate(self.model.decoder.layers):
-            source = self.src_k[i], self.src_v[i], self.src_mask
-            x = layer.sublayer[0](x, lambda x: _self_attend(layer.self_attn, x, self.caches[i]))
-            x = layer.sublayer[1](x, lambda x: _source_attend(layer.src_attn, x, *source))
-            x = layer.sublayer[2](x, layer.feed_forward)
-        self.t += 1
-        return self.model.generator(self.model.decoder.norm(x)[:, -1])  # (B K, V)
+        return self.model.generator(self.model.step(y, self.cache))
 
     def select(self, rows: Tensor) -> None:
-        """Keep these rows (B' K,), in this order: every cache follows. Rows come K at a time, each
-        group from one sentence (with K = 1, any rows)."""
-        sentences = rows[:: self.beams] // self.beams  # (B',)
-        if not torch.equal(sentences, torch.arange(self.src_mask.size(0), device=rows.device)):
-            self.src_mask = self.src_mask.index_select(0, sentences)
-            for cache in (self.src_k, self.src_v):
-                cache[:] = [c.index_select(0, sentences) for c in cache]
-        for cache in self.caches:
-            cache.select(rows)
+        "Keep these rows (B' K,), in this order: K at a time, each group from one sentence."
+        self.cache.select(rows)
 
 # %% ../nbs/19_engines.ipynb #dc1e0b94
 class Decodable(Protocol):
@@ -264,7 +186,7 @@ class Decodable(Protocol):
         "A decoder for sources (B, S) with masks (B, 1, S), before its first step."
         ...
 
-
+# %% ../nbs/19_engines.ipynb #438b720d
 def begin_decoding(
     model: EncoderDecoder | Decodable,
     src: Tensor,  # (B, S) source ids
@@ -292,7 +214,11 @@ def begin_decoding(
 
 # %% ../nbs/19_engines.ipynb #557110f4
 def _check_decode_args(
-    src: Tensor, src_mask: Tensor, max_len: int | Sequence[int], beam_size: int = 1
+    src: Tensor,
+    src_mask: Tensor,
+    max_len: int | Sequence[int],
+    beam_size: int = 1,
+    alpha: float | None = None,  # beam search's length penalty; None: greedy search has none
 ) -> list[int]:
     "Validate the common arguments; return the per-sentence length limits (B of them)."
     if src.dim() != 2 or src.size(0) == 0 or src.size(1) == 0:
@@ -310,6 +236,8 @@ def _check_decode_args(
         raise ValueError(f"max_len gives {len(limits)} limits for {src.size(0)} sentences")
     if min(limits) < 1:
         raise ValueError(f"max_len must be at least 1 (the start symbol), got {min(limits)}")
+    if alpha is not None:  # lp must exist for the longest output
+        length_penalty(max(limits) - 1, alpha)
     return limits
 
 # %% ../nbs/19_engines.ipynb #4e9473fc
@@ -321,27 +249,33 @@ def _ban(logp: Tensor, banned: Sequence[int]) -> Tensor:
     return logp
 
 
+def _start(
+    decoder: Decoder, limits: list[int], start_symbol: int, device: torch.device, K: int = 1
+) -> tuple[list[int], Tensor]:
+    """Keep the K rows of each sentence with room after the start symbol: return those sentences
+    and the rows' first input, the start symbol (B' K,)."""
+    alive = [i for i, limit in enumerate(limits) if limit > 1]
+    rows = [i * K + beam for i in alive for beam in range(K)]
+    decoder.select(torch.tensor(rows, dtype=torch.long, device=device))
+    return alive, torch.full((len(rows),), start_symbol, dtype=torch.long, device=device)
+
+# %% ../nbs/19_engines.ipynb #0948e749
 @torch.inference_mode()
 def greedy_search(
-    # a Transformer, or any model with begin_decoding(src, src_mask)
-    model: EncoderDecoder | Decodable,
+    model: EncoderDecoder | Decodable,  # a Transformer, or a model with begin_decoding
     src: Tensor,  # (B, S) source ids
     src_mask: Tensor,  # (B, 1, S); True = a real token
-    # longest output, start symbol included; one for all or one per sentence
-    max_len: int | Sequence[int],
+    max_len: int | Sequence[int],  # longest output with the start symbol; or one per sentence
     start_symbol: int,
     end_symbol: int,
     cached: bool = True,  # for a Transformer; False: recompute the whole prefix at every step
     banned: Sequence[int] = (),  # token ids never to generate (e.g. <unk>)
 ) -> list[Hypothesis]:
-    """The most probable token at each step, for a batch: (tokens, sum of log-probabilities) per
-    sentence."""
+    "The most probable token at each step: (tokens, sum of log-probabilities) per sentence."
     limits = _check_decode_args(src, src_mask, max_len)
     decoder = begin_decoding(model, src, src_mask, cached)
     results = [Hypothesis([], 0.0) for _ in limits]
-    alive = [i for i, limit in enumerate(limits) if limit > 1]  # the sentence each row decodes
-    decoder.select(torch.tensor(alive, dtype=torch.long, device=src.device))
-    y = torch.full((len(alive),), start_symbol, dtype=torch.long, device=src.device)  # (B',)
+    alive, y = _start(decoder, limits, start_symbol, src.device)  # the sentence each row decodes
     for t in range(1, max(limits)):
         if not alive:
             break
@@ -352,8 +286,7 @@ def greedy_search(
             if token != end_symbol and t + 1 < limits[i]:
                 keep.append(row)
         if len(keep) < len(alive):  # some sentences are done: stop computing their rows
-            rows = torch.tensor(keep, dtype=torch.long, device=src.device)
-            decoder.select(rows)
+            decoder.select(rows := torch.tensor(keep, dtype=torch.long, device=src.device))
             alive, y = [alive[r] for r in keep], y[rows]
     return results
 
@@ -387,24 +320,22 @@ class _SentenceSearch:
     def __init__(self, beam_size: int, limit: int, end_symbol: int, alpha: float):
         self.K, self.limit, self.end_symbol, self.alpha = beam_size, limit, end_symbol, alpha
         self.beams: list[list[int]] = [[] for _ in range(beam_size)]
-        self.finished: list[Hypothesis] = []
+        self.finished = [] if limit > 1 else [Hypothesis([], 0.0)]  # limit 1: no room after <s>
 
-    def set_aside(self, tokens: list[int], logp: float) -> None:
-        "Keep `tokens` as a hypothesis, scored by log-probability / lp."
-        self.finished.append(Hypothesis(tokens, logp / length_penalty(len(tokens), self.alpha)))
+    def set_aside(self, candidates: list[_Candidate]) -> None:
+        "Keep the candidates that are possible as hypotheses, scored by log-probability / lp."
+        for beam, token, logp in candidates:
+            if logp > -math.inf:
+                seq = self.beams[beam] + [token]
+                self.finished.append(Hypothesis(seq, logp / length_penalty(len(seq), self.alpha)))
 
     def step(self, t: int, best: list[_Candidate], going_on: list[_Candidate]) -> list[_Candidate]:
-        """Set aside the hypotheses that end among the `best` K; return the beams that go on
-        ([] when done)."""
-        for beam, token, logp in best:
-            if token == self.end_symbol and logp > -math.inf:
-                self.set_aside(self.beams[beam] + [token], logp)
+        "Set aside those of the `best` K that end; return the beams that go on ([] when done)."
+        self.set_aside([c for c in best if c[1] == self.end_symbol])
         if len(self.finished) >= self.K:  # terminate early
             return []
         if t + 1 >= self.limit:  # out of length: the running beams are the last hypotheses
-            for beam, token, logp in going_on:
-                if logp > -math.inf:
-                    self.set_aside(self.beams[beam] + [token], logp)
+            self.set_aside(going_on)
             return []
         self.beams = [self.beams[beam] + [token] for beam, token, _ in going_on]
         return going_on
@@ -412,6 +343,24 @@ class _SentenceSearch:
     def best(self) -> list[Hypothesis]:
         "The hypotheses set aside, best first, at most K."
         return sorted(self.finished, key=lambda h: -h.score)[: self.K]
+
+# %% ../nbs/19_engines.ipynb #a9cd3722
+def _start_beams(n: int, K: int, device: torch.device) -> Tensor:
+    "The log-probabilities (n, K) of n sentences' K start beams: copies, only the first extended."
+    beam_logp = torch.full((n, K), -math.inf, device=device)
+    beam_logp[:, 0] = 0.0
+    return beam_logp
+
+
+def _next_beams(
+    going_on: list[list[_Candidate]], K: int, device: torch.device
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The beams that go on, from each sentence still in the decoder ([] if it is done): their rows
+    (B'' K,), their log-probabilities (B'', K) and their newest tokens (B'' K,)."""
+    rows = [j * K + beam for j, beams in enumerate(going_on) for beam, _, _ in beams]
+    logp = [[lp for _, _, lp in beams] for beams in going_on if beams]
+    tokens = [token for beams in going_on for _, token, _ in beams]
+    return tuple(torch.tensor(x, device=device) for x in (rows, logp, tokens))
 
 # %% ../nbs/19_engines.ipynb #a070dfa5
 @torch.inference_mode()
@@ -423,36 +372,23 @@ def beam_search(
     start_symbol: int,
     end_symbol: int,
     beam_size: int = 4,  # K; the paper uses 4
-    alpha: float = 0.6,  # length penalty, finite and at least 0; 0 ranks by log-probability
+    alpha: float = ALPHA,  # length penalty, finite and at least 0; 0 ranks by log-probability
     cached: bool = True,  # for a Transformer; False: recompute the whole prefix at every step
     banned: Sequence[int] = (),  # token ids never to generate (e.g. <unk>)
 ) -> list[list[Hypothesis]]:
     "Each sentence's best hypotheses (at most K), `(tokens, log-probability / lp)`, best first."
-    limits = _check_decode_args(src, src_mask, max_len, beam_size)
-    # refuses a bad alpha before decoding: lp must exist for the longest output
-    length_penalty(max(limits) - 1, alpha)
-    K, device = beam_size, src.device
-    searches = [_SentenceSearch(K, limit, end_symbol, alpha) for limit in limits]
-    for search in searches:
-        if search.limit == 1:  # no room after the start symbol
-            search.set_aside([], 0.0)
-    # the sentences still decoding, K rows each
-    alive = [search for search in searches if search.limit > 1]
-    decoder = begin_decoding(model, src, src_mask, cached, beams=K)  # K rows a sentence
-    first = [i * K + beam for i, limit in enumerate(limits) if limit > 1 for beam in range(K)]
-    decoder.select(torch.tensor(first, dtype=torch.long, device=device))
-    beam_logp = torch.full((len(alive), K), -math.inf, device=device)  # (B', K); row = j * K + beam
-    beam_logp[:, 0] = 0.0  # the K start beams are copies: only one may be extended
-    y = torch.full((len(alive) * K,), start_symbol, dtype=torch.long, device=device)  # (B' K,)
+    limits = _check_decode_args(src, src_mask, max_len, beam_size, alpha)
+    searches = [_SentenceSearch(beam_size, limit, end_symbol, alpha) for limit in limits]
+    decoder = begin_decoding(model, src, src_mask, cached, beams=beam_size)  # K rows a sentence
+    started, y = _start(decoder, limits, start_symbol, src.device, beam_size)
+    alive = [searches[i] for i in started]  # the sentences still decoding
+    beam_logp = _start_beams(len(alive), beam_size, src.device)  # (B', K)
     for t in range(1, max(limits)):
         candidates = _top_candidates(beam_logp, _ban(decoder.step(y), banned), end_symbol)
         going_on = [search.step(t, best, going) for search, (best, going) in zip(alive, candidates)]
-        rows = [j * K + beam for j, beams in enumerate(going_on) for beam, _, _ in beams]
-        alive = [s for s, beams in zip(alive, going_on) if beams]
-        going_on = [beams for beams in going_on if beams]
+        alive = [search for search, beams in zip(alive, going_on) if beams]
         if not alive:
             break
-        decoder.select(torch.tensor(rows, dtype=torch.long, device=device))
-        beam_logp = torch.tensor([[lp for _, _, lp in beams] for beams in going_on], device=device)
-        y = torch.tensor([tok for beams in going_on for _, tok, _ in beams], device=device)
+        rows, beam_logp, y = _next_beams(going_on, beam_size, src.device)
+        decoder.select(rows)
     return [search.best() for search in searches]

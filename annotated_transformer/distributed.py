@@ -8,7 +8,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/distributed.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import torch
@@ -16,10 +16,12 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from .config import RuntimeOptions
+
 # %% auto #0
 __all__ = ['PRECISIONS', 'BF16_PEAK_TFLOPS', 'DistributedSetup', 'setup_distributed', 'cleanup_distributed', 'rank_and_world',
-           'wrap_for_training', 'unwrap', 'default_precision', 'make_scaler', 'gather_objects', 'bf16_peak_tflops',
-           'model_flops_utilization']
+           'wrap_for_training', 'unwrap', 'default_precision', 'start_runtime', 'make_scaler', 'gather_objects',
+           'bf16_peak_tflops', 'model_flops_utilization']
 
 # %% ../nbs/17_distributed.ipynb #a73f1f04
 @dataclass(frozen=True)
@@ -106,6 +108,14 @@ PRECISIONS = {
 def default_precision(device: torch.device) -> str:
     "bf16 on GPUs that support it; fp32 elsewhere (on most CPUs bfloat16 is slower, not faster)."
     return "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+
+# %% ../nbs/17_distributed.ipynb #89ca2da1
+def start_runtime(options: RuntimeOptions) -> tuple[DistributedSetup, RuntimeOptions]:
+    "Join torchrun's group (or set up one process); the options with None resolved for its device."
+    setup = setup_distributed(options.backend, options.device)
+    precision = options.precision or default_precision(setup.device)
+    resolved = dict(device=str(setup.device), precision=precision, backend=setup.backend)
+    return setup, replace(options, **resolved)
 
 # %% ../nbs/17_distributed.ipynb #92a6b1ae
 def make_scaler(

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import tempfile
-import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,11 +21,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 from torch import Tensor, nn
-from tqdm import tqdm
 
-from . import __version__
 from .checkpoint import RunCheckpoint, load_checkpoint
-from .config import TrainConfig, arch_of
+from .config import ChoiceError, TrainConfig, arch_of
 from .data import Tokenizer, Vocab, load_tokenizers
 from .decoding import length_penalty
 from annotated_transformer.model import (
@@ -36,16 +32,16 @@ from annotated_transformer.model import (
     MultiHeadedAttention,
     count_parameters,
 )
-from .subwords import SubwordTokenizer
-from .translation import GREEDY, Scored, Search, Translator, _tokenize
+from .translation import GREEDY, Scored, Search, Translator
 
 if TYPE_CHECKING:  # imported on first use: loading the package needs neither
     import ctranslate2
 
 # %% auto #0
-__all__ = ['TINY_PENALTY', 'QUANTIZATIONS', 'INFO_FILE', 'SUBWORD_FILE', 'README', 'WORD_SNIPPET', 'SUBWORD_SNIPPET',
+__all__ = ['TINY_PENALTY', 'QUANTIZATIONS', 'INFO_FILE', 'SUBWORD_FILE', 'README', 'WORD_SNIPPET', 'SUBWORD_SNIPPET', 'ENGINES',
            'import_ctranslate2', 'NotExportable', 'check_exportable', 'to_spec', 'search_options', 'is_exported',
-           'check_out', 'readme', 'export_model', 'ExportedModel', 'ExportedTranslator']
+           'check_out', 'readme', 'export_model', 'ExportedModel', 'ExportedTranslator', 'engine_of', 'check_loading',
+           'load_translator']
 
 # %% ../nbs/19_engines.ipynb #2f042131
 def import_ctranslate2():
@@ -60,8 +56,8 @@ def import_ctranslate2():
     return ctranslate2
 
 # %% ../nbs/19_engines.ipynb #dda24327
-class NotExportable(ValueError):
-    "A model that CTranslate2 cannot represent."
+class NotExportable(ChoiceError):
+    "A model that CTranslate2 cannot represent: a usage error on the command line."
 
 
 def check_exportable(config: TrainConfig) -> None:
@@ -96,14 +92,15 @@ def _pad_heads(w: np.ndarray, h: int, d: int) -> np.ndarray:
 
 
 def _projections(attn: MultiHeadedAttention) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    "w_q, w_k, w_v and w_o as (weight, bias), every head max(d_k, d_v) wide."
-    d = max(attn.d_k, attn.d_v)
+    "The q, k, v and o projections as (weight, bias), every head max(d_k, d_v) wide."
+    d, linear = max(attn.d_k, attn.d_v), attn.projections
     found = {
         name: (_pad_heads(_np(lin.weight), attn.h, d), _pad_heads(_np(lin.bias), attn.h, d))
-        for name, lin in (("q", attn.w_q), ("k", attn.w_k), ("v", attn.w_v))
+        for name, lin in linear.items()
+        if name != "o"
     }
-    w_o = _pad_heads(_np(attn.w_o.weight).T, attn.h, d).T  # (D, h * d): a column block per head
-    found["o"] = (np.ascontiguousarray(w_o), _np(attn.w_o.bias))
+    w_o = _pad_heads(_np(linear["o"].weight).T, attn.h, d).T  # (D, h * d): a column block per head
+    found["o"] = (np.ascontiguousarray(w_o), _np(linear["o"].bias))
     return found
 
 # %% ../nbs/19_engines.ipynb #dc1318ec
@@ -134,17 +131,16 @@ def _fill_inputs(spec, embed: nn.Sequential) -> None:
     table = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
     table.weight = _np(embeddings.lut.weight)
     spec.scale_embeddings = True
-    spec.position_encodings.encodings = _np(positions.pe[0])  # (max_len, D): row t, position t
+    spec.position_encodings.encodings = _np(positions.encodings)  # (max_len, D): row t, position t
 
 # %% ../nbs/19_engines.ipynb #6f262105
 def _fill_encoder(spec, model: EncoderDecoder) -> None:
     "The encoder's inputs, layers and, pre-norm, its final LayerNorm."
     _fill_inputs(spec, model.src_embed)
     for layer_spec, layer in zip(spec.layer, model.encoder.layers, strict=True):
-        norms = [s.norm for s in layer.sublayer]
-        _fill_attention(layer_spec.self_attention, layer.self_attn, norms[0], True)
-        _fill_ffn(layer_spec.ffn, layer.feed_forward, norms[1])
-    if model.encoder.layers[0].sublayer[0].norm_first:
+        _fill_attention(layer_spec.self_attention, layer.self_attn, layer.norms[0], True)
+        _fill_ffn(layer_spec.ffn, layer.feed_forward, layer.norms[1])
+    if model.norm_first:
         _fill_norm(spec.layer_norm, model.encoder.norm)
 
 
@@ -152,11 +148,11 @@ def _fill_decoder(spec, model: EncoderDecoder) -> None:
     "The decoder's inputs, layers, final LayerNorm (pre-norm) and the generator's projection."
     _fill_inputs(spec, model.tgt_embed)
     for layer_spec, layer in zip(spec.layer, model.decoder.layers, strict=True):
-        norms = [s.norm for s in layer.sublayer]
+        norms = layer.norms
         _fill_attention(layer_spec.self_attention, layer.self_attn, norms[0], True)
         _fill_attention(layer_spec.attention, layer.src_attn, norms[1], False)
         _fill_ffn(layer_spec.ffn, layer.feed_forward, norms[2])
-    if model.decoder.layers[0].sublayer[0].norm_first:
+    if model.norm_first:
         _fill_norm(spec.layer_norm, model.decoder.norm)
     proj = model.generator.proj
     _fill_linear(spec.projection, _np(proj.weight), _np(proj.bias))
@@ -165,13 +161,12 @@ def _fill_decoder(spec, model: EncoderDecoder) -> None:
 def to_spec(model: EncoderDecoder, src_vocab: Vocab, tgt_vocab: Vocab):
     "A CTranslate2 `TransformerSpec` holding the model's weights and vocabularies, validated."
     specs = import_ctranslate2().specs
-    layer = model.encoder.layers[0]
-    attn = layer.self_attn
+    attn = model.encoder.layers[0].self_attn
     d = max(attn.d_k, attn.d_v)  # CTranslate2's one head width
     sizes = dict(
         num_layers=len(model.encoder.layers),
         num_heads=attn.h,
-        pre_norm=layer.sublayer[0].norm_first,
+        pre_norm=model.norm_first,
         activation=specs.common_spec.Activation.RELU,
         head_dim=None if d == attn.d_v else d,  # None: d_model / h
     )
@@ -209,12 +204,21 @@ def search_options(search: Search, length: int) -> dict:
     )
 
 
-def _by_length(tokens: Sequence[Sequence[str]]) -> dict[int, list[int]]:
-    "Sentence indices by source length: CTranslate2 takes one length limit a call."
+def _by_length(tokens: dict[int, list[str]]) -> dict[int, list[int]]:
+    "Sentence indices (`source_tokens`' keys) by source length: one length limit a call."
     groups = defaultdict(list)
-    for i, t in enumerate(tokens):
+    for i, t in tokens.items():
         groups[len(t)].append(i)
     return groups
+
+# %% ../nbs/19_engines.ipynb #c1b2e038
+import shutil
+import uuid
+
+from tqdm import tqdm
+
+from . import __version__
+from .subwords import SubwordTokenizer
 
 # %% ../nbs/19_engines.ipynb #a4d91c8b
 QUANTIZATIONS = ("float32", "int8", "int8_float32")  # what export writes (CTranslate2's names)
@@ -234,15 +238,15 @@ def check_out(out: str | Path, overwrite: bool) -> None:
     if not (out.exists() or out.is_symlink()):
         return
     if not overwrite:
-        raise FileExistsError(
+        raise ChoiceError(
             f"{out} exists: choose another folder, or --overwrite to replace the model in it"
         )
     if out.is_symlink() or not is_exported(out):
-        raise FileExistsError(
+        raise ChoiceError(
             f"{out} is not a model folder written by export: --overwrite replaces only those"
         )
 
-
+# %% ../nbs/19_engines.ipynb #c1b2e022
 def _info(ckpt: RunCheckpoint, model: EncoderDecoder, quantization: str) -> dict:
     "What `ExportedTranslator` reads besides CTranslate2's files: the run's settings, its tokens."
     return dict(
@@ -259,8 +263,7 @@ def _info(ckpt: RunCheckpoint, model: EncoderDecoder, quantization: str) -> dict
 # %% ../nbs/19_engines.ipynb #f141bdad
 README = """# {name}: a Transformer exported to CTranslate2 ({quantization})
 
-Written by `annotated-transformer export` (version {version}) from epoch {epoch} of a training
-run:
+Written by `annotated-transformer export` (version {version}) from epoch {epoch} of a training run:
 
 - the model: a Transformer, {model};
 - its text: {tokens};
@@ -307,7 +310,7 @@ found = translator.translate_batch([pieces], beam_size=4, min_decoding_length=0,
                                   max_decoding_length=len(pieces) + {limit})
 print(subwords.decode(found[0].hypotheses[0]))"""
 
-
+# %% ../nbs/19_engines.ipynb #c1b2e024
 def readme(ckpt: RunCheckpoint, name: str, quantization: str) -> str:
     "The README.md of an exported folder `name`: what it holds and how to load it."
     m, subwords = ckpt.config.model, ckpt.tokenizer is not None
@@ -335,7 +338,7 @@ def export_model(
 ) -> Path:
     "Write the checkpoint's model as a CTranslate2 model folder, with its tokenizer and a README."
     if quantization not in QUANTIZATIONS:
-        raise ValueError(f"quantization {quantization!r}: choose {', '.join(QUANTIZATIONS)}")
+        raise ChoiceError(f"quantization {quantization!r}: choose {', '.join(QUANTIZATIONS)}")
     check_exportable(ckpt.config)
     out = Path(out)
     check_out(out, overwrite)
@@ -356,7 +359,7 @@ def export_model(
         shutil.rmtree(tmp, ignore_errors=True)  # still there only if something failed
     return out
 
-
+# %% ../nbs/19_engines.ipynb #c1b2e025
 def _replace(tmp: Path, out: Path) -> None:
     "Put the finished folder `tmp` at `out`, replacing the model folder there (checked before)."
     old = out.with_name(f".{out.name}.{uuid.uuid4().hex}.old")
@@ -366,13 +369,18 @@ def _replace(tmp: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 # %% ../nbs/19_engines.ipynb #b25a1627
+from typing import ClassVar
+
+from .checkpoint import average_last as average_epochs
+from .translation import Translating, source_tokens
+
+
 @dataclass
 class ExportedModel:
     "A model folder loaded into CTranslate2: what stands in for the PyTorch model."
 
     engine: ctranslate2.Translator
     max_len: int  # the longest sequence its position table covers
-    parameters: int  # the PyTorch model's, a tied matrix counted once
     quantization: str  # how export stored the weights
 
 
@@ -383,7 +391,7 @@ def _device(device: str | None) -> tuple[str, int]:
         raise ValueError(f"CTranslate2 runs on cpu or cuda, not {device}")
     return d.type, d.index or 0
 
-
+# %% ../nbs/19_engines.ipynb #c1b2e028
 def _vocabularies(path: Path) -> tuple[Vocab, Vocab]:
     "The vocabularies CTranslate2 saved: one shared file, or one for each side."
     read = lambda side: Vocab(json.loads((path / f"{side}_vocabulary.json").read_text("utf-8")))
@@ -399,7 +407,7 @@ def _tokenizers(path: Path, info: dict, config: TrainConfig) -> tuple[Tokenizer,
         return subwords, subwords
     return load_tokenizers((config.src_lang, config.tgt_lang))
 
-
+# %% ../nbs/19_engines.ipynb #c1b2e030
 def _open(path: Path, device: str | None, threads: int | None) -> tuple:
     "What an `ExportedTranslator` of the folder holds: the loaded model, vocabularies, tokenizers."
     if not is_exported(path):
@@ -413,13 +421,44 @@ def _open(path: Path, device: str | None, threads: int | None) -> tuple:
     engine = import_ctranslate2().Translator(  # each thread translates a batch of its own
         str(path), kind, device_index=index, inter_threads=threads, intra_threads=1
     )
-    model = ExportedModel(engine, config.model.max_len, info["parameters"], info["quantization"])
-    return model, *_vocabularies(path), *_tokenizers(path, info, config), config
+    model = ExportedModel(engine, config.model.max_len, info["quantization"])
+    tokenizers = _tokenizers(path, info, config)
+    return model, *_vocabularies(path), *tokenizers, config, info["parameters"]
+
+# %% ../nbs/19_engines.ipynb #b01ceb75
+def _nbest(
+    translator: ExportedTranslator,
+    sentences: Sequence[str],
+    search: Search = GREEDY,
+    progress: bool = False,
+) -> list[list[Scored]]:
+    "The best (target tokens, score) of each sentence, best first: a batch per source length."
+    t = translator
+    tokens = source_tokens(t.src_tokenizer, sentences, t.model.max_len, search.max_extra)
+    results: list[list[Scored]] = [[] for _ in sentences]  # none for a blank sentence
+    pending = []
+    for length, rows in _by_length(tokens).items():  # all submitted: the threads share them
+        options, batch = search_options(search, length), [tokens[i] for i in rows]
+        pending += zip(rows, t.model.engine.translate_batch(batch, asynchronous=True, **options))
+    for i, found in tqdm(pending, "translating", disable=not progress or None, leave=False):
+        results[i] = _ranked(t.tgt_vocab, found.result(), search)[: search.nbest]
+    return results
+
+
+def _ranked(tgt_vocab: Vocab, result, search: Search) -> list[Scored]:
+    "CTranslate2's hypotheses of a sentence as ours: target tokens and our score, best first."
+    scored = []
+    for tokens, score in zip(result.hypotheses, result.scores):
+        if search.beam_size > 1:  # the log-probability / GNMT's length penalty (§6.1)
+            n = len(tokens)  # </s> included, when it ended
+            score = score * n**TINY_PENALTY / length_penalty(n, search.alpha)
+        scored.append((tgt_vocab.decode(tgt_vocab.encode(tokens)), score))
+    return sorted(scored, key=lambda s: -s[1])
 
 # %% ../nbs/19_engines.ipynb #38f8260a
 @dataclass
-class ExportedTranslator:
-    "A model exported to CTranslate2 in use: `Translator`'s methods, CTranslate2's search."
+class ExportedTranslator(Translating):
+    "A model exported to CTranslate2 in use: a `Translating` whose search is CTranslate2's."
 
     model: ExportedModel
     src_vocab: Vocab
@@ -427,6 +466,9 @@ class ExportedTranslator:
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
     config: TrainConfig  # the run's settings
+    parameters: int  # the PyTorch model's, a tied matrix counted once
+    engine: ClassVar[str] = "ctranslate2"
+    nbest = _nbest  # CTranslate2's search (above), as `Translator.nbest` is ours
 
     @classmethod
     def from_dir(
@@ -444,42 +486,51 @@ class ExportedTranslator:
         with tempfile.TemporaryDirectory() as tmp:  # deleted once loaded: CTranslate2 read it
             return cls.from_dir(export_model(ckpt, Path(tmp) / "model", quantization), **options)
 
-    def nbest(
-        self, sentences: Sequence[str], search: Search = GREEDY, n: int = 1, progress: bool = False
-    ) -> list[list[Scored]]:
-        "The `n` best (target tokens, score) of each sentence, best first, as `Translator.nbest`."
-        return _nbest(self, sentences, search, n, progress)
-
-    # Translator's own: they need only `nbest` and the target tokenizer
-    translate = Translator.translate
-    detokenize = Translator.detokenize
-    bleu = Translator.bleu
-
-# %% ../nbs/19_engines.ipynb #b01ceb75
-def _nbest(
-    translator: ExportedTranslator, sentences: Sequence[str], search: Search, n: int, progress: bool
-) -> list[list[Scored]]:
-    "The `n` best (target tokens, score) of each sentence: a batch per source length."
-    if not 1 <= n <= search.beam_size:
-        raise ValueError(f"n={n} must be from 1 to beam_size={search.beam_size}")
-    tokens = _tokenize(translator, sentences, search.max_extra)  # checked as for PyTorch
-    results: list[list[Scored]] = [[] for _ in sentences]
-    engine, pending = translator.model.engine, []
-    for length, rows in _by_length(tokens).items():  # all submitted: the threads share them
-        batch = [tokens[i] for i in rows]
-        found = engine.translate_batch(batch, asynchronous=True, **search_options(search, length))
-        pending += zip(rows, found)
-    for i, found in tqdm(pending, "translating", disable=not progress or None, leave=False):
-        results[i] = _ranked(translator.tgt_vocab, found.result(), search)[:n]
-    return results
+# %% ../nbs/19_engines.ipynb #c1b2e033
+ENGINES = ("pytorch", "ctranslate2")  # what can run a translator's model
 
 
-def _ranked(tgt_vocab: Vocab, result, search: Search) -> list[Scored]:
-    "CTranslate2's hypotheses of a sentence as ours: target tokens and our score, best first."
-    scored = []
-    for tokens, score in zip(result.hypotheses, result.scores):
-        if search.beam_size > 1:  # the log-probability / GNMT's length penalty (§6.1)
-            n = len(tokens)  # </s> included, when it ended
-            score = score * n**TINY_PENALTY / length_penalty(n, search.alpha)
-        scored.append((tgt_vocab.decode(tgt_vocab.encode(tokens)), score))
-    return sorted(scored, key=lambda s: -s[1])
+def engine_of(path: str | Path, engine: str | None = None) -> str:
+    "What runs the model at `path`: CTranslate2 for a folder export wrote, else `engine` (PyTorch)."
+    return "ctranslate2" if is_exported(path) else engine or "pytorch"
+
+# %% ../nbs/19_engines.ipynb #c1b2e040
+def check_loading(
+    path: str | Path, average_last: int | None = None, engine: str | None = None
+) -> str:
+    "The engine that runs `path`'s model, once what cannot be loaded is refused (`ChoiceError`)."
+    path, exported = Path(path), is_exported(path)
+    if engine not in (None, *ENGINES):
+        raise ChoiceError(f"engine {engine!r}: choose one of {', '.join(ENGINES)}")
+    if exported and engine == "pytorch":
+        raise ChoiceError(
+            f"{path} is a model exported to CTranslate2: leave out --engine pytorch, "
+            f"or give the checkpoint it was exported from"
+        )
+    if exported and average_last:
+        raise ChoiceError(
+            f"--average-last averages a run's checkpoints; {path} is one exported model "
+            f"(export --average-last K exports an average)"
+        )
+    if path.is_dir() and not exported:  # a missing file is the loader's to report: a failure
+        raise ChoiceError(f"{path} is a folder, not a checkpoint (nor a model folder export wrote)")
+    if engine_of(path, engine) == "ctranslate2":
+        import_ctranslate2()  # a missing package is said before anything loads
+    return engine_of(path, engine)
+
+# %% ../nbs/19_engines.ipynb #c1b2e036
+def load_translator(
+    path: str | Path,  # a checkpoint file, or a model folder written by export
+    *,
+    average_last: int | None = None,  # average the weights of the checkpoint's last K epochs
+    engine: str | None = None,  # "pytorch" (the default) or "ctranslate2"
+    device: str | None = None,  # cpu (the default), cuda or cuda:N
+) -> Translating:
+    "The translator of a checkpoint (or of an average of its last epochs) or of an exported folder."
+    engine = check_loading(path, average_last, engine)
+    if is_exported(path):
+        return ExportedTranslator.from_dir(path, device=device)
+    ckpt = average_epochs(path, average_last) if average_last else load_checkpoint(path)
+    if engine == "pytorch":
+        return Translator.from_checkpoint(ckpt, device=device or "cpu")
+    return ExportedTranslator.from_checkpoint(ckpt, device=device)

@@ -32,6 +32,16 @@ def _check_labels(target: Tensor, size: int) -> None:
         raise TypeError(f"labels must be integer class ids (int64 or int32), got {target.dtype}")
     check_ids(target, size, "label")  # the model chapter's range check
 
+
+def _check_inputs(x: Tensor, target: Tensor, size: int) -> None:
+    "Raise a one-line error unless x is log-probabilities (N, size) and target holds N labels."
+    if x.dim() != 2 or x.size(1) != size or target.shape != x.shape[:1]:
+        raise ValueError(
+            f"expected log-probabilities (N, {size}) and N labels, "
+            f"got {tuple(x.shape)} and {tuple(target.shape)}"
+        )
+    _check_labels(target, size)
+
 # %% ../nbs/04_label_smoothing.ipynb #b843e090
 def smoothed_targets(target: Tensor, size: int, padding_idx: int, smoothing: float) -> Tensor:
     "The smoothed target distribution q (N, V) for labels (N,); zero on rows of padding labels."
@@ -63,12 +73,7 @@ class LabelSmoothing(nn.Module):
 
     def forward(self, x: Tensor, target: Tensor) -> Tensor:
         "Summed loss for log-probabilities x (N, V) and labels target (N,)."
-        if x.dim() != 2 or x.size(1) != self.size or target.shape != x.shape[:1]:
-            raise ValueError(
-                f"expected log-probabilities (N, {self.size}) and N labels, "
-                f"got {tuple(x.shape)} and {tuple(target.shape)}"
-            )
-        _check_labels(target, self.size)
+        _check_inputs(x, target, self.size)
         x_true = x.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
         loss = self.entropy_term - self.confidence * x_true
         if self.smoothing > 0:
@@ -96,6 +101,8 @@ def sequence_loss(
     return loss
 
 # %% ../nbs/09_trainer.ipynb #c4fc99c1
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -120,46 +127,58 @@ def _smoothed_grad(z: Tensor, lse: Tensor, t: Tensor, s: LabelSmoothing) -> Tens
     g.scatter_add_(1, t.unsqueeze(1), true_word)  # and 1 - eps on the true word
     return g * (t != s.padding_idx).unsqueeze(1)
 
+
+def _add_grads(grads: list[Tensor], rows: slice, g: Tensor, hc: Tensor, weight: Tensor) -> None:
+    "Add a chunk's gradient p - q (n, V) into those of h (its rows), of W and of b."
+    grad_h, grad_w, grad_b = grads
+    grad_h[rows] = g.to(weight.dtype) @ weight  # (n, D)
+    grad_w += g.T @ hc.float()  # (V, D)
+    grad_b += g.sum(0)
+
 # %% ../nbs/09_trainer.ipynb #cd1a3d6c
+class _Chunking(NamedTuple):
+    "How the fused loss runs: its label smoothing, the rows of a chunk, and whether to keep grads."
+
+    smoothing: LabelSmoothing
+    rows: int  # rows of logits a chunk
+    grads: bool  # compute the gradients on the way; False: evaluating, the loss is all
+
+
+def _check_rows(h: Tensor, target: Tensor, size: int) -> None:
+    "Raise a one-line error unless h is (N, D) with N labels, each a word of the `size` words."
+    if h.dim() != 2 or target.shape != (h.size(0),):
+        raise ValueError(
+            "expected decoder outputs (N, D) and N labels, "
+            f"got {tuple(h.shape)} and {tuple(target.shape)}"
+        )
+    _check_labels(target, size)
+
+# %% ../nbs/09_trainer.ipynb #c536f10c
 class _LinearLabelSmoothing(torch.autograd.Function):
     "LabelSmoothing of log_softmax(h W^T + b) and its gradients, computed chunk by chunk."
 
     @staticmethod
     def forward(
-        ctx,
-        h: Tensor,
-        weight: Tensor,
-        bias: Tensor,
-        target: Tensor,
-        smoothing: LabelSmoothing,
-        rows: int,
-        grads: bool,
+        ctx, h: Tensor, weight: Tensor, bias: Tensor, target: Tensor, how: _Chunking
     ) -> Tensor:
-        loss = h.new_zeros((), dtype=torch.float32)
-        if grads:  # filled chunk by chunk; the backward pass only scales them
-            f32 = torch.float32
-            ctx.grads = [
-                torch.zeros_like(h),
-                torch.zeros_like(weight, dtype=f32),
-                torch.zeros_like(bias, dtype=f32),
-            ]
-        for start in range(0, h.size(0), rows):
-            hc, t = h[start : start + rows], target[start : start + rows]  # (n, D), (n,)
+        f32, loss = torch.float32, h.new_zeros((), dtype=torch.float32)
+        # filled chunk by chunk; the backward pass only scales them
+        zeros = [torch.zeros_like(h), *(torch.zeros_like(w, dtype=f32) for w in (weight, bias))]
+        ctx.grads = zeros if how.grads else None
+        for start in range(0, h.size(0), how.rows):
+            rows = slice(start, start + how.rows)
+            hc, t = h[rows], target[rows]  # (n, D), (n,)
             z = F.linear(hc, weight, bias).float()  # the logits of this chunk only: (n, V)
-            row_loss, lse = _smoothed_rows(z, t, smoothing)
+            row_loss, lse = _smoothed_rows(z, t, how.smoothing)
             loss += row_loss.sum()
-            if grads:  # evaluating: the loss is all
-                g = _smoothed_grad(z, lse, t, smoothing)  # (n, V)
-                grad_h, grad_w, grad_b = ctx.grads
-                grad_h[start : start + rows] = g.to(weight.dtype) @ weight  # (n, D)
-                grad_w += g.T @ hc.float()  # (V, D)
-                grad_b += g.sum(0)
+            if how.grads:
+                _add_grads(ctx.grads, rows, _smoothed_grad(z, lse, t, how.smoothing), hc, weight)
         return loss
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor) -> tuple:
         grad_h, grad_w, grad_b = ctx.grads
-        return grad_h * grad_loss, grad_w * grad_loss, grad_b * grad_loss, None, None, None, None
+        return grad_h * grad_loss, grad_w * grad_loss, grad_b * grad_loss, None, None
 
 # %% ../nbs/09_trainer.ipynb #3878d429
 class FusedLabelSmoothing(LabelSmoothing):
@@ -183,15 +202,9 @@ class FusedLabelSmoothing(LabelSmoothing):
     def forward(self, h: Tensor, target: Tensor) -> Tensor:
         """Summed loss for decoder outputs h (N, D) and labels target (N,), with gradients for h and
         the generator."""
-        if h.dim() != 2 or target.shape != (h.size(0),):
-            raise ValueError(
-                "expected decoder outputs (N, D) and N labels, "
-                f"got {tuple(h.shape)} and {tuple(target.shape)}"
-            )
-        _check_labels(target, self.size)
+        _check_rows(h, target, self.size)
         proj = self.generator.proj
         grads = torch.is_grad_enabled() and (h.requires_grad or proj.weight.requires_grad)
-        chunk = self.chunk or (2**22 if h.device.type == "cpu" else 2**26)
-        return _LinearLabelSmoothing.apply(
-            h, proj.weight, proj.bias, target, self, max(1, chunk // self.size), grads
-        )
+        rows = max(1, (self.chunk or (2**22 if h.device.type == "cpu" else 2**26)) // self.size)
+        how = _Chunking(self, rows, grads)
+        return _LinearLabelSmoothing.apply(h, proj.weight, proj.bias, target, how)

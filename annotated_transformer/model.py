@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 # %% auto #0
-__all__ = ['EncoderDecoder', 'Generator', 'clones', 'SublayerConnection', 'EncoderLayer', 'Encoder', 'DecoderLayer', 'Decoder', 'subsequent_mask', 'check_mask', 'attention', 'MultiHeadedAttention', 'PositionwiseFeedForward', 'check_ids', 'Embeddings', 'PositionalEncoding', 'make_model', 'ModelConfig', 'count_parameters', 'KINDS', 'attention_weights', 'MAX_SIZES', 'check_sizes', 'check_hyperparameters']
+__all__ = ['EncoderDecoder', 'Generator', 'clones', 'SublayerConnection', 'EncoderLayer', 'Encoder', 'DecoderLayer', 'Decoder', 'subsequent_mask', 'check_mask', 'attention', 'split_heads', 'merge_heads', 'attend', 'MultiHeadedAttention', 'PositionwiseFeedForward', 'check_ids', 'Embeddings', 'PositionalEncoding', 'init_weights', 'make_model', 'tie_embeddings', 'ModelConfig', 'count_parameters', 'KINDS', 'attention_modules', 'attach_weight_hooks', 'attention_weights', 'MAX_SIZES', 'check_sizes', 'check_hyperparameters', 'KVCache', 'patch_to', 'DecoderCache']
 
 # %% ../nbs/01_model.ipynb #b9d2953d
 class EncoderDecoder(nn.Module):
@@ -31,9 +31,8 @@ class EncoderDecoder(nn.Module):
         generator: Generator,  # decoder output -> next-token log-probabilities
     ):
         super().__init__()
-        self.encoder, self.decoder = encoder, decoder
-        self.src_embed, self.tgt_embed = src_embed, tgt_embed
-        self.generator = generator
+        self.encoder, self.decoder, self.src_embed = encoder, decoder, src_embed
+        self.tgt_embed, self.generator = tgt_embed, generator
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor, tgt_mask: Tensor) -> Tensor:
         "Decoder output (B, T, D) for ids src (B, S), tgt (B, T); `generator` gives log-probs."
@@ -47,12 +46,10 @@ class EncoderDecoder(nn.Module):
         "Decoder output (B, T, D): target ids (B, T) attending to `memory` (B, S, D)."
         return self.decoder(self.tgt_embed(tgt), memory, src_mask, tgt_mask)
 
-    @property
-    def max_len(self) -> int:
-        "The longest source or target sequence: the length of the positional tables."
-        return min(self.src_embed[1].max_len, self.tgt_embed[1].max_len)
+    # the longest source or target sequence: the length of the positional tables
+    max_len = property(lambda self: min(self.src_embed[1].max_len, self.tgt_embed[1].max_len))
 
-
+# %% ../nbs/01_model.ipynb #d1d6a896
 class Generator(nn.Module):
     "The final linear layer and softmax of §3.4, returned as log-probabilities."
 
@@ -108,7 +105,7 @@ class EncoderLayer(nn.Module):
         x = self.sublayer[0](x, lambda x: self.self_attn(x, x, x, mask)[0])
         return self.sublayer[1](x, self.feed_forward)
 
-
+# %% ../nbs/01_model.ipynb #ca3e2d6c
 class Encoder(nn.Module):
     "A stack of N encoder layers."
 
@@ -151,7 +148,7 @@ class DecoderLayer(nn.Module):
         x = self.sublayer[1](x, lambda x: self.src_attn(x, memory, memory, src_mask)[0])
         return self.sublayer[2](x, self.feed_forward)
 
-
+# %% ../nbs/01_model.ipynb #77475598
 class Decoder(nn.Module):
     "A stack of N decoder layers."
 
@@ -191,7 +188,7 @@ def check_mask(mask: Tensor, shape: tuple[int, ...]) -> None:
             f"the scores' shape {tuple(shape)}"
         )
 
-
+# %% ../nbs/01_model.ipynb #37a63e2b
 def attention(
     query: Tensor,  # (..., Lq, d_k)
     key: Tensor,  # (..., Lk, d_k)
@@ -212,6 +209,36 @@ def attention(
         p_attn = dropout(p_attn)
     return p_attn @ value, p_attn  # (..., Lq, d_v), (..., Lq, Lk)
 
+# %% ../nbs/01_model.ipynb #eb0e6660
+def split_heads(x: Tensor, h: int) -> Tensor:
+    "(B, L, h * d) -> (B, h, L, d): the features of x in h slices, one per head."
+    B, L, _ = x.shape
+    return x.view(B, L, h, -1).transpose(1, 2)  # (B, h, L, d)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    "(B, h, L, d) -> (B, L, h * d): Concat(head_1, ..., head_h) of eq. (2)."
+    B, h, L, d = x.shape
+    return x.transpose(1, 2).reshape(B, L, h * d)
+
+# %% ../nbs/01_model.ipynb #fbe5d596
+def attend(
+    q: Tensor,  # (B, h, Lq, d_k)
+    k: Tensor,  # (B, h, Lk, d_k)
+    v: Tensor,  # (B, h, Lk, d_v)
+    mask: Tensor | None,  # bool (B or 1, Lq or 1, Lk); True = may attend
+    dropout: nn.Dropout,  # on the weights
+    need_weights: bool = False,  # take the readable path, which returns the weights
+) -> tuple[Tensor, Tensor | None]:
+    "Eq. (1) in every head: the output (B, h, Lq, d_v), and the weights (B, h, Lq, Lk) or None."
+    if mask is not None:
+        check_mask(mask, (q.size(0), q.size(2), k.size(2)))
+        mask = mask.unsqueeze(1)  # (B, 1, Lq, Lk): the same mask for every head
+    if need_weights:
+        return attention(q, k, v, mask, dropout)
+    p = dropout.p if dropout.training else 0.0
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p), None
+
 # %% ../nbs/01_model.ipynb #13f8bfad
 class MultiHeadedAttention(nn.Module):
     "Multi-head attention, eq. (2): h scaled dot-product attentions over learned projections."
@@ -220,19 +247,16 @@ class MultiHeadedAttention(nn.Module):
         super().__init__()
         if d_model % h:
             raise ValueError(f"d_model={d_model} is not divisible by the number of heads h={h}")
-        self.h, self.d_v = h, d_model // h
-        # d_k = d_v = d_model / h, as in the paper, unless Table 3 (B) narrows the keys
-        self.d_k = self.d_v if d_k is None else d_k
+        self.h, self.d_v, self.d_k = h, d_model // h, d_model // h if d_k is None else d_k
         self.w_q, self.w_k, self.w_v, self.w_o = clones(nn.Linear(d_model, d_model), 4)
-        if self.d_k != self.d_v:  # queries and keys of h * d_k features
+        if self.d_k != self.d_v:  # Table 3 (B): queries and keys of h * d_k features
             self.w_q, self.w_k = clones(nn.Linear(d_model, h * self.d_k), 2)
-        # on the attention weights: a departure, §5.4 drops only sub-layer outputs and sums
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)  # on the weights: a departure (see above)
 
-    def split_heads(self, x: Tensor) -> Tensor:
-        "(B, L, h * d) -> (B, h, L, d), d being d_k for queries and keys, d_v for values."
-        B, L, _ = x.shape
-        return x.view(B, L, self.h, -1).transpose(1, 2)  # (B, h, L, d)
+    def heads(self, query: Tensor, key: Tensor, value: Tensor, start: int = 0) -> list[Tensor]:
+        "Queries (B, h, Lq, d_k), keys (B, h, Lk, d_k), values (B, h, Lk, d_v); `start`: below."
+        inputs = (self.w_q, query), (self.w_k, key), (self.w_v, value)
+        return [split_heads(w(x), self.h) for w, x in inputs]
 
     def forward(
         self,
@@ -243,23 +267,8 @@ class MultiHeadedAttention(nn.Module):
         need_weights: bool = False,  # also return the weights (B, h, Lq, Lk), via the readable path
     ) -> tuple[Tensor, Tensor | None]:
         "Attend from `query` to `key`/`value`: the output (B, Lq, D) and the weights or None."
-        B, Lq, _ = query.shape
-        if mask is not None:
-            check_mask(mask, (B, Lq, key.size(1)))
-            mask = mask.unsqueeze(1)  # (B, 1, Lq, Lk): the same mask for every head
-        q, k, v = (
-            self.split_heads(self.w_q(query)),
-            self.split_heads(self.w_k(key)),
-            self.split_heads(self.w_v(value)),
-        )
-        if need_weights:
-            x, weights = attention(q, k, v, mask, self.dropout)  # (B, h, Lq, d_v), (B, h, Lq, Lk)
-        else:
-            p = self.dropout.p if self.training else 0.0
-            x, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p), None
-        # Concat(head_1..head_h): (B, Lq, D)
-        x = x.transpose(1, 2).reshape(B, Lq, self.h * self.d_v)
-        return self.w_o(x), weights
+        x, weights = attend(*self.heads(query, key, value), mask, self.dropout, need_weights)
+        return self.w_o(merge_heads(x)), weights  # Concat(head_1, ..., head_h) W^O: (B, Lq, D)
 
 # %% ../nbs/01_model.ipynb #ef74d798
 class PositionwiseFeedForward(nn.Module):
@@ -327,6 +336,16 @@ class PositionalEncoding(nn.Module):
             raise ValueError(f"a sequence of length {x.size(1)} is over max_len={self.max_len}")
         return self.dropout(x + self.pe[:, : x.size(1)])
 
+# %% ../nbs/01_model.ipynb #83faac8d
+def init_weights(model: nn.Module) -> nn.Module:
+    "Xavier-uniform every weight matrix; a learned position table gets N(0, 0.02^2) instead."
+    for name, p in model.named_parameters():
+        if name.endswith(".pe"):  # learned positions
+            nn.init.normal_(p, std=0.02)
+        elif p.dim() > 1:
+            nn.init.xavier_uniform_(p)
+    return model
+
 # %% ../nbs/01_model.ipynb #2c696bdf
 def make_model(
     src_vocab: int,  # source vocabulary size
@@ -345,11 +364,6 @@ def make_model(
     "Build the Transformer of §3 with Xavier-initialized weights."
     sizes = dict(src_vocab=src_vocab, tgt_vocab=tgt_vocab)
     check_hyperparameters(N, d_model, d_ff, h, dropout, max_len, d_k, positions, **sizes)
-    if share_embeddings and src_vocab != tgt_vocab:
-        raise ValueError(
-            f"share_embeddings needs one shared vocabulary, "
-            f"got src_vocab={src_vocab} and tgt_vocab={tgt_vocab}"
-        )
     c = copy.deepcopy
     attn = MultiHeadedAttention(h, d_model, dropout, d_k)
     ff = PositionwiseFeedForward(d_model, d_ff, dropout)
@@ -361,14 +375,19 @@ def make_model(
         nn.Sequential(Embeddings(d_model, tgt_vocab), c(position)),
         Generator(d_model, tgt_vocab),
     )
-    if share_embeddings:
-        model.tgt_embed[0].lut.weight = model.src_embed[0].lut.weight
-        model.generator.proj.weight = model.src_embed[0].lut.weight
-    for name, p in model.named_parameters():
-        if name.endswith(".pe"):  # learned positions: small random vectors, as BERT starts its own
-            nn.init.normal_(p, std=0.02)
-        elif p.dim() > 1:
-            nn.init.xavier_uniform_(p)
+    return init_weights(tie_embeddings(model) if share_embeddings else model)
+
+# %% ../nbs/01_model.ipynb #70fb4ec2
+def tie_embeddings(model: EncoderDecoder) -> EncoderDecoder:
+    "Give the target embeddings and the generator the source embeddings' matrix (§3.4)."
+    src_vocab, tgt_vocab = model.src_embed[0].lut.num_embeddings, model.generator.proj.out_features
+    if src_vocab != tgt_vocab:
+        raise ValueError(
+            f"share_embeddings needs one shared vocabulary, "
+            f"got src_vocab={src_vocab} and tgt_vocab={tgt_vocab}"
+        )
+    model.tgt_embed[0].lut.weight = model.src_embed[0].lut.weight
+    model.generator.proj.weight = model.src_embed[0].lut.weight
     return model
 
 # %% ../nbs/01_model.ipynb #87cc9513
@@ -401,7 +420,7 @@ def count_parameters(model: nn.Module) -> int:
     "Number of distinct trainable parameters (a tied matrix counts once)."
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
-# %% ../nbs/10_figures.ipynb #982480a8
+# %% ../nbs/10_figures.ipynb #9a1b2c3d
 KINDS = {  # the three kinds of attention, by the names used below
     "encoder": "encoder self-attention",
     "decoder_self": "decoder self-attention",
@@ -409,19 +428,18 @@ KINDS = {  # the three kinds of attention, by the names used below
 }
 
 
-@torch.no_grad()
-def attention_weights(
-    model: EncoderDecoder,
-    src: Tensor,  # (1, S) source ids, <s> and </s> included
-    tgt: Tensor,  # (1, T) decoder input ids, starting with <s>
-    pad: int,  # the padding id of the source
-) -> dict[str, Tensor]:
-    "Every attention weight of one pass over a pair: {kind: (N, h, queries, keys)}; eval mode."
-    kinds = {}  # attention module -> its kind
+def attention_modules(model: EncoderDecoder) -> dict[nn.Module, str]:
+    "Every attention module of the model, with its kind (a key of `KINDS`)."
+    kinds = {}
     for layer in model.encoder.layers:
         kinds[layer.self_attn] = "encoder"
     for layer in model.decoder.layers:
         kinds[layer.self_attn], kinds[layer.src_attn] = "decoder_self", "decoder_src"
+    return kinds
+
+# %% ../nbs/10_figures.ipynb #9a1b2c40
+def attach_weight_hooks(kinds: dict[nn.Module, str]) -> tuple[dict[str, list[Tensor]], list]:
+    "Make each attention module of `kinds` return its weights and keep them: (found, hooks)."
     found: dict[str, list[Tensor]] = {kind: [] for kind in KINDS}
 
     def ask_for_weights(module, args, kwargs):
@@ -438,6 +456,18 @@ def attention_weights(
             module.register_forward_hook(keep_weights, with_kwargs=True),
         )
     ]
+    return found, hooks
+
+# %% ../nbs/10_figures.ipynb #982480a8
+@torch.no_grad()
+def attention_weights(
+    model: EncoderDecoder,
+    src: Tensor,  # (1, S) source ids, <s> and </s> included
+    tgt: Tensor,  # (1, T) decoder input ids, starting with <s>
+    pad: int,  # the padding id of the source
+) -> dict[str, Tensor]:
+    "Every attention weight of one pass over a pair: {kind: (N, h, queries, keys)}; eval mode."
+    found, hooks = attach_weight_hooks(attention_modules(model))
     model.eval()
     try:
         src_mask = (src != pad).unsqueeze(-2)  # (1, 1, S)
@@ -464,7 +494,7 @@ def check_sizes(**sizes: int) -> None:
         if not 1 <= value <= MAX_SIZES[name]:
             raise ValueError(f"{name} must be from 1 to {MAX_SIZES[name]:,}, got {name}={value}")
 
-
+# %% ../nbs/13_configuration.ipynb #80908e8b
 def check_hyperparameters(
     N: int,
     d_model: int,
@@ -489,3 +519,170 @@ def check_hyperparameters(
         raise ValueError(
             f"positions must be 'sinusoidal' or 'learned', got positions={positions!r}"
         )
+
+# %% ../nbs/19_engines.ipynb #f9666445
+class KVCache:
+    """One self-attention layer's keys and values of the positions decoded so far, in room
+    allocated ahead; reordering the rows copies only the rows that change."""
+
+    def __init__(self, rows: int, h: int, d_k: int, d_v: int, like: Tensor, room: int = 16):
+        self.keys = like.new_empty(rows, h, room, d_k)  # (B, h, room, d_k)
+        self.values = like.new_empty(rows, h, room, d_v)  # (B, h, room, d_v)
+        self.t = 0  # positions filled
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        "Store the newest k (B, h, 1, d_k) and v (B, h, 1, d_v); return all t so far (B, h, t, d)."
+        if self.t == self.keys.size(2):  # full: twice the room, so a copy only every doubling
+            self.keys = torch.cat([self.keys, torch.empty_like(self.keys)], dim=2)
+            self.values = torch.cat([self.values, torch.empty_like(self.values)], dim=2)
+        self.keys[:, :, self.t], self.values[:, :, self.t] = k[:, :, 0], v[:, :, 0]
+        self.t += 1
+        return self.keys[:, :, : self.t], self.values[:, :, : self.t]  # views, not copies
+
+    def select(self, rows: Tensor) -> None:
+        "Keep these rows (B',), in this order."
+        if len(rows) != self.keys.size(0):  # rows leave (or are repeated): a cache of the new size
+            self.keys, self.values = self.keys[rows], self.values[rows]
+            return
+        # as many rows: copy only those that take another row's place (in beam search, a beam
+        # that extends itself stays in its row)
+        moved = (rows != torch.arange(len(rows), device=rows.device)).nonzero().squeeze(1)
+        for cache in (self.keys, self.values):
+            filled = cache[:, :, : self.t]  # a view: index_copy_ writes into the cache
+            filled.index_copy_(0, moved, filled.index_select(0, rows[moved]))
+
+# %% ../nbs/19_engines.ipynb #15643bb3
+from collections.abc import Callable
+
+
+def patch_to(cls: type, as_prop: bool = False) -> Callable[[Callable], Callable]:
+    "Attach the decorated function to `cls` as a method (or a property) of the same name."
+
+    def attach(f: Callable) -> Callable:
+        f.__qualname__ = f"{cls.__name__}.{f.__name__}"
+        setattr(cls, f.__name__, property(f) if as_prop else f)
+        return f
+
+    return attach
+
+# %% ../nbs/19_engines.ipynb #baf9d605
+@patch_to(MultiHeadedAttention)
+def step(self, x: Tensor, cache: KVCache) -> Tensor:
+    """Self-attention of the newest position x (B, 1, D) to itself and the earlier positions,
+    whose keys and values `cache` keeps (x's are appended): (B, 1, D)."""
+    q, k, v = self.heads(x, x, x, start=cache.t)  # (B, h, 1, d_k), (B, h, 1, d_k), (B, h, 1, d_v)
+    keys, values = cache.append(k, v)  # (B, h, t + 1, d_k), (B, h, t + 1, d_v)
+    # no mask: the newest position may attend to all; for one query this beats SDPA on a CPU
+    out, _ = attention(q, keys, values)  # (B, h, 1, d_v)
+    return self.w_o(merge_heads(out))  # (B, 1, D)
+
+# %% ../nbs/19_engines.ipynb #a21bbb50
+@patch_to(MultiHeadedAttention)
+def memory_heads(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+    "Keys (B, h, S, d_k) and values (B, h, S, d_v) of the encoder output `memory` (B, S, D)."
+    _, k, v = self.heads(memory[:, :1], memory, memory)
+    return k.contiguous(), v.contiguous()  # read at every step: made contiguous once
+
+
+@patch_to(MultiHeadedAttention)
+def step_source(
+    self,
+    x: Tensor,  # (B K, 1, D): the newest position of K rows a sentence, its beams
+    keys: Tensor,  # (B, h, S, d_k): the sentence's, from `memory_heads`
+    values: Tensor,  # (B, h, S, d_v)
+    src_mask: Tensor,  # (B, 1, 1, S)
+) -> Tensor:
+    "Attention of the newest position over the source: (B K, 1, D)."
+    B = keys.size(0)
+    K = x.size(0) // B
+    q = self.w_q(x).view(B, K, self.h, self.d_k).transpose(1, 2)  # (B, h, K, d_k)
+    out, _ = attention(q, keys, values, src_mask)  # (B, h, K, d_v)
+    return self.w_o(out.transpose(1, 2).reshape(B * K, 1, -1))  # (B K, 1, D)
+
+# %% ../nbs/19_engines.ipynb #9f931617
+@patch_to(PositionalEncoding)
+def step(self, x: Tensor, t: int) -> Tensor:
+    "Embeddings x (B, 1, D) of position t plus that position's encoding, then dropout."
+    if t >= self.max_len:
+        raise ValueError(
+            f"position {t} is beyond the positional-encoding table (max_len={self.max_len})"
+        )
+    return self.dropout(x + self.pe[:, t : t + 1])
+
+# %% ../nbs/19_engines.ipynb #cb0655f0
+class DecoderCache:
+    """What incremental decoding keeps between steps: every decoder layer's self-attention keys and
+    values, and its source keys and values; with `beams=K`, row j * K + b is sentence j's beam b."""
+
+    def __init__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor, beams: int = 1):
+        layers, self.beams = model.decoder.layers, beams
+        # (B, h, S, d_k) and (B, h, S, d_v) per layer, once per sentence (not per beam)
+        self.sources = [layer.src_attn.memory_heads(memory) for layer in layers]
+        self.src_mask = src_mask.unsqueeze(1)  # (B, 1, 1, S): the same for every head and beam
+        attn, rows = layers[0].self_attn, memory.size(0) * beams
+        self.layers = [KVCache(rows, attn.h, attn.d_k, attn.d_v, memory) for _ in layers]
+
+    @property
+    def t(self) -> int:
+        "Positions decoded so far: the position of the next step."
+        return self.layers[0].t
+
+    def select(self, rows: Tensor) -> None:
+        """Keep these rows (B' K,), in this order: every cache follows. Rows come K at a time, each
+        group from one sentence (with K = 1, any rows)."""
+        sentences = rows[:: self.beams] // self.beams  # (B',)
+        if not torch.equal(sentences, torch.arange(self.src_mask.size(0), device=rows.device)):
+            self.src_mask = self.src_mask.index_select(0, sentences)
+            self.sources = [(k[sentences], v[sentences]) for k, v in self.sources]
+        for cache in self.layers:
+            cache.select(rows)
+
+# %% ../nbs/19_engines.ipynb #821a9b2e
+@patch_to(DecoderLayer)
+def step(
+    self,
+    x: Tensor,  # (B K, 1, D): the newest position of every row
+    cache: KVCache,  # this layer's self-attention keys and values so far
+    keys: Tensor,  # (B, h, S, d_k): the source's, from `src_attn.memory_heads`
+    values: Tensor,  # (B, h, S, d_v)
+    src_mask: Tensor,  # (B, 1, 1, S)
+) -> Tensor:
+    "The newest position through the layer's three sub-layers, as `forward` does: (B K, 1, D)."
+    x = self.sublayer[0](x, lambda x: self.self_attn.step(x, cache))
+    x = self.sublayer[1](x, lambda x: self.src_attn.step_source(x, keys, values, src_mask))
+    return self.sublayer[2](x, self.feed_forward)
+
+
+@patch_to(EncoderDecoder)
+def step(self, y: Tensor, cache: DecoderCache) -> Tensor:
+    "The decoder's output (B K, D) for the newest tokens y (B K,), the earlier ones in `cache`."
+    embed, position = self.tgt_embed  # Embeddings, PositionalEncoding
+    x = position.step(embed(y.unsqueeze(1)), cache.t)  # (B K, 1, D)
+    for layer, kv, (keys, values) in zip(self.decoder.layers, cache.layers, cache.sources):
+        x = layer.step(x, kv, keys, values, cache.src_mask)
+    return self.decoder.norm(x)[:, -1]  # the stack's final norm (pre-norm; else the identity)
+
+# %% ../nbs/19_engines.ipynb #ea1b7545
+@patch_to(MultiHeadedAttention, as_prop=True)
+def projections(self) -> dict[str, nn.Linear]:
+    "W^Q, W^K, W^V (all heads side by side) and W^O of eq. (2), by the names q, k, v and o."
+    return dict(q=self.w_q, k=self.w_k, v=self.w_v, o=self.w_o)
+
+
+@patch_to(EncoderLayer, as_prop=True)
+@patch_to(DecoderLayer, as_prop=True)
+def norms(self) -> list[nn.LayerNorm]:
+    "The LayerNorm of each sub-layer, in order: after the residual sum, or before (pre-norm)."
+    return [sublayer.norm for sublayer in self.sublayer]
+
+
+@patch_to(EncoderDecoder, as_prop=True)
+def norm_first(self) -> bool:
+    "Is the model pre-norm (each sub-layer's input normalized, and each stack's output)?"
+    return self.encoder.layers[0].sublayer[0].norm_first
+
+
+@patch_to(PositionalEncoding, as_prop=True)
+def encodings(self) -> Tensor:
+    "The positional table (max_len, D): row t is position t's encoding, sinusoidal or learned."
+    return self.pe[0]

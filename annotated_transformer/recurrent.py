@@ -17,8 +17,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from .model import Generator
 
 # %% auto #0
-__all__ = ['ARCHS', 'RECURRENT_MAX_SIZES', 'BilinearAttention', 'RecurrentConfig', 'RecurrentState', 'RecurrentEncoderDecoder',
-           'RecurrentDecoder']
+__all__ = ['ARCHS', 'RECURRENT_MAX_SIZES', 'BilinearAttention', 'RecurrentConfig', 'check_recurrent_config', 'RecurrentState',
+           'lstm_stacks', 'run_packed', 'RecurrentEncoderDecoder', 'RecurrentDecoder']
 
 # %% ../nbs/18_recurrent.ipynb #07ce258c
 class BilinearAttention(nn.Module):
@@ -67,24 +67,7 @@ class RecurrentConfig:
     share_embeddings: bool = False  # one embedding table for source and target: one vocabulary
 
     def __post_init__(self):
-        if self.arch not in ARCHS:
-            raise ValueError(
-                f"unknown recurrent architecture {self.arch!r}; choose one of {', '.join(ARCHS)}"
-            )
-        for name, most in RECURRENT_MAX_SIZES.items():  # bounded, as ModelConfig's are
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise ValueError(f"{name} must be a whole number, got {name}={value!r}")
-            if not 1 <= value <= most:
-                raise ValueError(f"{name} must be from 1 to {most:,}, got {name}={value}")
-        if self.d_hidden % 2:
-            raise ValueError(
-                f"d_hidden={self.d_hidden} must be even: "
-                "the encoder's two directions have half each"
-            )
-        p = self.dropout
-        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= p < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got dropout={self.dropout!r}")
+        check_recurrent_config(self)
 
     @property
     def d_model(self) -> int:
@@ -94,6 +77,27 @@ class RecurrentConfig:
     def build(self, src_vocab: int, tgt_vocab: int) -> RecurrentEncoderDecoder:
         "A freshly initialized model with this configuration."
         return RecurrentEncoderDecoder(self, src_vocab, tgt_vocab)
+
+# %% ../nbs/18_recurrent.ipynb #7e1a0002
+def check_recurrent_config(c: RecurrentConfig) -> None:
+    "Raise a one-line error for an unknown architecture, a size out of range or a bad dropout."
+    if c.arch not in ARCHS:
+        raise ValueError(
+            f"unknown recurrent architecture {c.arch!r}; choose one of {', '.join(ARCHS)}"
+        )
+    for name, most in RECURRENT_MAX_SIZES.items():  # bounded, as ModelConfig's are
+        value = getattr(c, name)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(f"{name} must be a whole number, got {name}={value!r}")
+        if not 1 <= value <= most:
+            raise ValueError(f"{name} must be from 1 to {most:,}, got {name}={value}")
+    if c.d_hidden % 2:
+        raise ValueError(
+            f"d_hidden={c.d_hidden} must be even: the encoder's two directions have half each"
+        )
+    p = c.dropout
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got dropout={p!r}")
 
 # %% ../nbs/18_recurrent.ipynb #3445040e
 @dataclass
@@ -114,6 +118,28 @@ class RecurrentState:
             (h[:, rows], c[:, rows]), *(getattr(self, f.name)[rows] for f in fields(self)[1:])
         )
 
+# %% ../nbs/18_recurrent.ipynb #7e1a0004
+def lstm_stacks(c: RecurrentConfig) -> tuple[nn.LSTM, nn.LSTM]:
+    "The encoder's bidirectional LSTM, and the decoder's, which reads h~_{t-1} too (input feeding)."
+
+    # LSTM dropout acts between its layers: none in a stack of one
+    enc_p, dec_p = (c.dropout if n > 1 else 0.0 for n in (c.enc_layers, c.dec_layers))
+    encoder = nn.LSTM(
+        c.d_emb, c.d_hidden // 2, c.enc_layers, batch_first=True, bidirectional=True, dropout=enc_p
+    )
+    decoder = nn.LSTM(
+        c.d_emb + c.d_hidden, c.d_hidden, c.dec_layers, batch_first=True, dropout=dec_p
+    )
+    return encoder, decoder
+
+
+def run_packed(lstm: nn.LSTM, x: Tensor, src_mask: Tensor) -> Tensor:
+    "The LSTM over padded inputs (B, S, E), never reading the padding: its states (B, S, H)."
+    lengths = src_mask.squeeze(1).sum(-1).cpu()  # (B,)
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    states = lstm(packed)[0]
+    return pad_packed_sequence(states, batch_first=True, total_length=x.size(1))[0]
+
 # %% ../nbs/18_recurrent.ipynb #388ac294
 class _RecurrentLayers(nn.Module):
     "The layers of the recurrent encoder-decoders; their computation is in the two classes below."
@@ -129,24 +155,7 @@ class _RecurrentLayers(nn.Module):
         self.src_embed = nn.Embedding(src_vocab, c.d_emb)
         self.tgt_embed = self.src_embed if c.share_embeddings else nn.Embedding(tgt_vocab, c.d_emb)
 
-        def between(layers: int) -> float:  # LSTM dropout acts between its layers
-            return c.dropout if layers > 1 else 0.0
-
-        self.encoder = nn.LSTM(
-            c.d_emb,
-            c.d_hidden // 2,
-            c.enc_layers,
-            batch_first=True,
-            bidirectional=True,
-            dropout=between(c.enc_layers),
-        )
-        self.decoder = nn.LSTM(
-            c.d_emb + c.d_hidden,
-            c.d_hidden,
-            c.dec_layers,
-            batch_first=True,
-            dropout=between(c.dec_layers),
-        )
+        self.encoder, self.decoder = lstm_stacks(c)
         self.attention = BilinearAttention(c.d_hidden)
         self.combine = nn.Linear(2 * c.d_hidden, c.d_hidden, bias=False)  # W_c
         lexical = c.arch == "lexical"
@@ -164,12 +173,7 @@ class _RecurrentSteps(_RecurrentLayers):
     def start(self, src: Tensor, src_mask: Tensor) -> RecurrentState:
         "Encode sources (B, S) and return the decoder's state before its first step."
         f = self.src_embed(src)  # (B, S, E): the embeddings f_s
-        lengths = src_mask.squeeze(1).sum(-1).cpu()  # (B,)
-        packed = pack_padded_sequence(
-            self.dropout(f), lengths, batch_first=True, enforce_sorted=False
-        )
-        states = self.encoder(packed)[0]
-        memory, _ = pad_packed_sequence(states, batch_first=True, total_length=src.size(1))
+        memory = run_packed(self.encoder, self.dropout(f), src_mask)  # (B, S, H)
         layers, B, H = self.config.dec_layers, src.size(0), self.config.d_hidden  # (B, S, H) above
         zeros = memory.new_zeros(layers, B, H)
         keys = self.attention.keys(memory)
@@ -192,13 +196,9 @@ class _RecurrentSteps(_RecurrentLayers):
 
 # %% ../nbs/18_recurrent.ipynb #dd9ac8ae
 class RecurrentEncoderDecoder(_RecurrentSteps):
-    """A bidirectional LSTM encoder, an LSTM decoder with input feeding and bilinear attention, and
-    optionally the lexical model; trained, decoded and drawn as the Transformer is."""
+    "Luong et al.'s encoder-decoder (+ the lexical model if asked), used as the Transformer is."
 
-    @property
-    def max_len(self) -> int:
-        "The longest output decoding may produce."
-        return self.config.max_len
+    max_len = property(lambda self: self.config.max_len)  # the longest output decoding gives
 
     def run(self, src: Tensor, tgt: Tensor, src_mask: Tensor) -> tuple[Tensor, Tensor]:
         "Teacher forcing on decoder inputs tgt (B, T): features (B, T, D_out), attention (B, T, S)."

@@ -23,6 +23,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from .checkpoint import RunCheckpoint, save_checkpoint
+from .config import ChoiceError
 
 # %% auto #0
 __all__ = ['RUN_FILES', 'TEMPORARY', 'existing_run', 'refuse_links', 'RunFolder', 'claim_run_folder', 'write_history',
@@ -67,7 +68,7 @@ def _lock(out_dir: Path) -> FileLock:
         ) from None
     return lock
 
-
+# %% ../nbs/15_runs.ipynb #823ae27e
 def _write_holder(out_dir: Path) -> None:
     "Note who holds the lock in .writer, never through a link (O_NOFOLLOW)."
     since = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -132,7 +133,7 @@ def _check_contents(out_dir: Path, resume: bool, overwrite: bool) -> list[str]:
         )
     return previous
 
-
+# %% ../nbs/15_runs.ipynb #535fdf7d
 @contextmanager
 def claim_run_folder(
     out_dir: Path,
@@ -141,7 +142,7 @@ def claim_run_folder(
 ) -> Iterator[RunFolder]:
     "Be the only writer of `out_dir` while the block runs, after checking what the folder holds."
     if resume and overwrite:
-        raise ValueError(
+        raise ChoiceError(
             "--resume continues the run in the folder and --overwrite replaces it: give one of them"
         )
     lock = _lock(out_dir)

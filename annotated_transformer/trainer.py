@@ -9,14 +9,12 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/trainer.html
 # %% ../nbs/09_trainer.ipynb #75d27619
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import random
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -26,98 +24,89 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 # %% auto #0
-__all__ = ['VAL_EXTRA', 'FIGURES', 'run_config', 'load_pairs', 'check_same_data', 'training_subset', 'new_tokenizers',
-           'build_vocabularies', 'too_long', 'check_lengths', 'RunData', 'prepare_data', 'Training', 'build_training',
-           'restore', 'validate', 'tensorboard_writer', 'fit_epoch', 'epoch_checkpoint', 'fit', 'train']
+__all__ = ['VAL_EXTRA', 'FIGURES', 'run_config', 'resolve_run_config', 'run_corpus', 'load_pairs', 'check_same_data',
+           'training_subset', 'new_tokenizers', 'build_vocabularies', 'too_long', 'check_lengths', 'RunData',
+           'prepare_data', 'Learner', 'build_learner', 'restore', 'validate', 'RunSetup', 'tensorboard_writer',
+           'fit_epoch', 'epoch_checkpoint', 'fit', 'start_run', 'train']
 
 # %% ../nbs/09_trainer.ipynb #aed88503
 from .batching import make_loader
-from annotated_transformer.checkpoint import (
-    ResumeState,
-    RunCheckpoint,
-    load_checkpoint,
-    rng_state,
-    set_rng_state,
-)
-from .config import RuntimeOptions, TrainConfig, check_resume, resolve_config
-from annotated_transformer.data import (
-    EncodedPairs,
-    Tokenizer,
-    Vocab,
-    encode_pairs,
-    load_multi30k,
-    load_tokenizers,
-    read_parallel,
-    sha256_of_file,
-)
-from annotated_transformer.distributed import (
-    PRECISIONS,
-    gather_objects,
-    make_scaler,
-    rank_and_world,
-    wrap_for_training,
-)
+from .checkpoint import ResumeState, RunCheckpoint, load_checkpoint
+from .checkpoint import rng_state, set_rng_state
+from .config import ChoiceError, Choices, RuntimeOptions, TrainConfig
+from .config import check_resume, resolve_config
+from .data import CORPORA, Corpus, EncodedPairs, Log, Tokenizer, Vocab
+from .data import encode_pairs, load_tokenizers, open_corpus
+from .distributed import PRECISIONS, DistributedSetup, cleanup_distributed
+from .distributed import gather_objects, make_scaler, rank_and_world
+from .distributed import start_runtime, wrap_for_training
 from .losses import FusedLabelSmoothing, LabelSmoothing, sequence_loss
 from .model import count_parameters
-from .runs import RunFolder, claim_run_folder
+from .runs import RunFolder, claim_run_folder, refuse_links
 from .subwords import SubwordTokenizer, shared_vocab
-from .training import TrainState, noam_optimizer, train_epoch
+from .training import EpochOptions, TrainState, Updates, noam_optimizer
+from .training import train_epoch
 from .translation import Search, Translator, bleu
 
 # %% ../nbs/09_trainer.ipynb #6599756d
 def run_config(
-    config: TrainConfig | None,  # the configuration given; None: the defaults
+    config: TrainConfig | None,  # the configuration given; None: the defaults, or the run's
     ckpt: RunCheckpoint | None,  # a resumed run's checkpoint
-    own_data: bool,  # your own files or pairs, not Multi30k
+    corpus: Corpus | None,  # the data given; None: the configuration's corpus
     source: str,  # names the checkpoint in errors
 ) -> TrainConfig:
     "The configuration a run trains with; a resumed run's stored one, which a given one must match."
+    if ckpt is None and config is None:
+        config = resolve_config(own_files=corpus is not None and corpus.subwords)
+    if config is not None and corpus is not None:
+        config = replace(config, corpus=corpus.name)  # the data given names the run's corpus
     if ckpt is None:
-        return config or resolve_config(own_files=own_data)
+        return config
     return ckpt.config if config is None else check_resume(ckpt.config, config, source)
 
+# %% ../nbs/09_trainer.ipynb #90e16f55
+def resolve_run_config(
+    out_dir: str | Path,  # the run's folder: a resumed run's configuration is in its last.pt
+    choices: Choices = Choices(),  # the settings given (the command line's flags)
+    config_file: Path | None = None,  # a new run's settings, in a JSON or TOML file
+    corpus: Corpus | None = None,  # the data given; None: the configuration's corpus
+    resume: bool = False,  # continue the run in out_dir
+) -> TrainConfig:
+    "The configuration of the run `choices` describe: a new one, or a resumed one they must match."
+    if (
+        corpus is not None
+        and corpus.name not in CORPORA
+        and {"src_lang", "tgt_lang"} & set(choices.train)
+    ):
+        raise ChoiceError(
+            f"src_lang and tgt_lang choose the languages of a named corpus ({', '.join(CORPORA)}): "
+            f"leave them out with your own data ({corpus.name})"
+        )
+    if resume and config_file is not None:  # refused before last.pt is looked for
+        resolve_config(config_file=config_file, stored=TrainConfig())  # resolve_config says why
+    last = Path(out_dir) / "last.pt"
+    if resume:
+        refuse_links(Path(out_dir), "last.pt")  # read before the folder is claimed: no links
+    # without last.pt, train says what the folder holds and how to go on
+    stored = load_checkpoint(last).config if resume and last.exists() else None
+    own = corpus is not None and corpus.subwords
+    return resolve_config(choices, config_file, own, stored, str(last))
+
 # %% ../nbs/09_trainer.ipynb #df9c7315
+def run_corpus(config: TrainConfig, corpus: Corpus | None) -> Corpus:
+    "The corpus given, or the one the configuration names, in its languages."
+    return corpus or open_corpus(config.corpus, langs=(config.src_lang, config.tgt_lang))
+
+
 def load_pairs(
-    config: TrainConfig,
-    data_dir: str | Path | None,  # the Multi30k folder; $MULTI30K_DIR or a download if None
-    files: dict[str, tuple[Path, Path]] | None,  # {"train": (source, target), "val": ...}
-    pairs: dict[str, list[tuple[str, str]]] | None,  # {"train": [...], "val": [...]}, in Python
-    log: Callable[[str], None],
-) -> tuple[dict[str, list[tuple[str, str]]], dict]:
-    "The training and validation pairs, and where they came from (for the checkpoint)."
-    if pairs is not None:  # given in Python: known by their contents
-        origin = {"pairs": hashlib.sha256(json.dumps(pairs, sort_keys=True).encode()).hexdigest()}
-    elif files is None:
-        langs = (config.src_lang, config.tgt_lang)
-        pairs = {split: load_multi30k(split, data_dir, langs=langs) for split in ("train", "val")}
-        origin = {"multi30k": list(langs)}
-    else:
-        pairs, origin = _read_files(files, log)
+    config: TrainConfig, corpus: Corpus, log: Log = print
+) -> dict[str, list[tuple[str, str]]]:
+    "The corpus's training and validation pairs; a random subset of the training pairs if asked."
+    pairs = {split: corpus.pairs(split, log) for split in ("train", "val")}
     if config.train_pairs is not None:
         draw = config.seed if config.subset_seed is None else config.subset_seed
-        pairs = {**pairs, "train": training_subset(pairs["train"], config.train_pairs, draw)}
-    return pairs, origin
-
-# %% ../nbs/09_trainer.ipynb #6da5d07c
-def _read_files(
-    files: dict[str, tuple[Path, Path]], log: Callable[[str], None]
-) -> tuple[dict, dict]:
-    "The pairs of your own files, and their names and SHA-256s."
-    pairs, origin = {}, {}
-    for split, (src, tgt) in files.items():
-        pairs[split], skipped = read_parallel(src, tgt)
-        if not pairs[split]:
-            raise ValueError(f"{src} and {tgt} hold no sentence pairs")
-        if skipped:
-            log(
-                f"{split}: skipped {skipped:,} pairs with an empty line on one side or both "
-                f"({src}, {tgt})"
-            )
-        origin[split] = {
-            "files": [str(src), str(tgt)],
-            "sha256": [sha256_of_file(Path(src)), sha256_of_file(Path(tgt))],
-        }
-    return pairs, origin
+        pairs["train"] = training_subset(pairs["train"], config.train_pairs, draw)
+    return pairs
 
 # %% ../nbs/09_trainer.ipynb #624f876f
 def _describe(origin: dict) -> str:
@@ -218,36 +207,38 @@ class RunData:
     origin: dict  # where the pairs came from: stored in every checkpoint
 
 
+def _drop_long(data: EncodedPairs, max_len: int, log: Log) -> EncodedPairs:
+    "The pairs that fit in `max_len` positions; how many did not, in `log`."
+    long = set(too_long(data, max_len))
+    if long:
+        log(f"left out {len(long):,} training pairs longer than max_len={max_len}")
+    kept = ([s for i, s in enumerate(side) if i not in long] for side in (data.src, data.tgt))
+    return EncodedPairs(*kept)
+
+# %% ../nbs/09_trainer.ipynb #a16554b7
 def prepare_data(
     config: TrainConfig,
     pairs: dict[str, list[tuple[str, str]]],  # "train" and "val"
-    origin: dict,
+    origin: dict,  # the corpus's: stored in every checkpoint
     ckpt: RunCheckpoint | None,  # a resumed run's: its tokenizers and vocabularies
     progress: bool,
-    log: Callable[[str], None] = print,
+    log: Log = print,
 ) -> RunData:
     "Tokenizers and vocabularies (new, or the run's), every pair as ids, every length checked."
     tokenizers = ckpt.tokenizers() if ckpt is not None else new_tokenizers(config, pairs["train"])
     tokens = {
         split: [
-            tokenizers[side].tokenize([p[side] for p in split_pairs], progress) for side in (0, 1)
+            tokenizers[side].tokenize([p[side] for p in pairs[split]], progress) for side in (0, 1)
         ]
-        for split, split_pairs in pairs.items()
+        for split in pairs
     }
     if ckpt is not None:
         vocabs = ckpt.src_vocab, ckpt.tgt_vocab
     else:
         vocabs = build_vocabularies(config, tokenizers, tokens["train"])
     train_ids, val_ids = (encode_pairs(*tokens[split], *vocabs) for split in ("train", "val"))
-    long = too_long(train_ids, config.model.max_len) if config.skip_long else []
-    if long:
-        log(f"left out {len(long):,} training pairs longer than max_len={config.model.max_len}")
-        train_ids = EncodedPairs(
-            *(
-                [s for i, s in enumerate(side) if i not in set(long)]
-                for side in (train_ids.src, train_ids.tgt)
-            )
-        )
+    if config.skip_long:
+        train_ids = _drop_long(train_ids, config.model.max_len, log)
     sources = {split: [src for src, _ in pairs[split]] for split in pairs}
     check_lengths(train_ids, "training", config.model.max_len, sources=sources["train"])
     check_lengths(val_ids, "validation", config.model.max_len, VAL_EXTRA, sources["val"])
@@ -255,8 +246,8 @@ def prepare_data(
 
 # %% ../nbs/09_trainer.ipynb #b5c26f61
 @dataclass
-class Training:
-    "What a run trains with, and its progress."
+class Learner:
+    "What a run trains: the model, its loss, optimizer, schedule and float16 scaler; its progress."
 
     model: nn.Module  # the plain model: trained (maybe wrapped), validated, saved, restored
     loss_fn: Callable  # decoder outputs, labels -> summed loss (train_epoch's)
@@ -266,10 +257,14 @@ class Training:
     state: TrainState = field(default_factory=TrainState)  # the loop's counts
     history: list[dict] = field(default_factory=list)  # one entry per epoch
 
+    def updates(self, config: TrainConfig) -> Updates:
+        "How its optimizer changes the weights, with the configuration's accumulation and clipping."
+        return Updates(self.optimizer, self.scheduler, config.accum_iter, config.max_grad_norm)
 
-def build_training(
+# %% ../nbs/09_trainer.ipynb #c52cbbba
+def build_learner(
     config: TrainConfig, data: RunData, options: RuntimeOptions, device: torch.device
-) -> Training:
+) -> Learner:
     "A new model with its loss, optimizer, schedule and scaler."
     model = config.model.build(len(data.src_vocab), len(data.tgt_vocab)).to(device)
     pad, smoothing = data.tgt_vocab.pad, config.smoothing
@@ -283,19 +278,19 @@ def build_training(
     optimizer, scheduler = noam_optimizer(
         model, config.model.d_model, config.factor, config.warmup, fused=fused
     )
-    scaler = make_scaler(options.precision, device, config.max_tokens)
-    return Training(model, loss_fn, optimizer, scheduler, scaler)
+    scaler = make_scaler(options.precision or "fp32", device, config.max_tokens)
+    return Learner(model, loss_fn, optimizer, scheduler, scaler)
 
 # %% ../nbs/09_trainer.ipynb #bcf5a68a
-def restore(training: Training, ckpt: RunCheckpoint, log: Callable[[str], None]) -> None:
+def restore(learner: Learner, ckpt: RunCheckpoint, log: Log) -> None:
     "Load a checkpoint's weights, optimizer, schedule, scaler, counts, history and random state."
     resume = ckpt.resume
-    training.model.load_state_dict(ckpt.model)
-    training.optimizer.load_state_dict(resume.optimizer)
-    training.scheduler.load_state_dict(resume.scheduler)
-    if training.scaler is not None and resume.scaler is not None:
-        training.scaler.load_state_dict(resume.scaler)
-    training.state, training.history = replace(resume.counts), list(ckpt.history)
+    learner.model.load_state_dict(ckpt.model)
+    learner.optimizer.load_state_dict(resume.optimizer)
+    learner.scheduler.load_state_dict(resume.scheduler)
+    if learner.scaler is not None and resume.scaler is not None:
+        learner.scaler.load_state_dict(resume.scaler)
+    learner.state, learner.history = replace(resume.counts), list(ckpt.history)
     rank, world = rank_and_world()
     if len(resume.rng) == world:  # one state per process that wrote it
         set_rng_state(resume.rng[rank])
@@ -308,24 +303,35 @@ def restore(training: Training, ckpt: RunCheckpoint, log: Callable[[str], None])
 
 # %% ../nbs/09_trainer.ipynb #5919f019
 def validate(
-    training: Training,
+    learner: Learner,
     data: RunData,
     loader: DataLoader,  # the validation batches
     device: torch.device,
     progress: bool,
 ) -> tuple[float, float, float]:
     "The validation loss per token, perplexity and greedy sacreBLEU; the random state untouched."
-    model, vocab = training.model, data.tgt_vocab
+    model, vocab = learner.model, data.tgt_vocab
     with torch.random.fork_rng(devices=[]):
-        run = dict(desc="validation", progress=progress, device=device)
-        loss, _ = train_epoch(loader, model, training.loss_fn, **run)
+        how = EpochOptions(device, progress=progress, desc="validation")
+        loss, _ = train_epoch(loader, model, learner.loss_fn, options=how)
         true_words = sequence_loss(LabelSmoothing(len(vocab), vocab.pad), model.generator)
-        nll, _ = train_epoch(loader, model, true_words, **run)  # perplexity: without smoothing
+        nll, _ = train_epoch(loader, model, true_words, options=how)  # perplexity: no smoothing
         translator = Translator(model, data.src_vocab, vocab, *data.tokenizers)
         sources, references = zip(*data.val_pairs)
         hypotheses = translator.translate(sources, Search(max_extra=VAL_EXTRA), progress)
         scores = bleu(hypotheses, references, translator.tgt_tokenizer)
         return loss, math.exp(nll), scores.sacrebleu
+
+# %% ../nbs/09_trainer.ipynb #5cc86161
+@dataclass(frozen=True)
+class RunSetup:
+    "How a run trains here: its configuration and id, this machine's options and process, its log."
+
+    config: TrainConfig
+    options: RuntimeOptions  # the device and the precision resolved (start_runtime)
+    process: DistributedSetup  # rank, number of processes, device
+    log: Log = print  # on all but the first process: nothing
+    run_id: str | None = None  # kept by a resumed run (0.1 checkpoints have none)
 
 # %% ../nbs/09_trainer.ipynb #c9f4b043
 FIGURES = ("train_loss", "val_loss", "val_ppl", "val_bleu", "lr", "tokens_per_second")  # logged
@@ -345,114 +351,118 @@ def tensorboard_writer(out_dir: Path):
 
 # %% ../nbs/09_trainer.ipynb #2c95de1f
 def fit_epoch(
-    epoch: int,
-    training: Training,
-    wrapped: nn.Module,
-    loader: DataLoader,
-    config: TrainConfig,
-    options: RuntimeOptions,
-    device: torch.device,
+    epoch: int, learner: Learner, wrapped: nn.Module, loader: DataLoader, setup: RunSetup
 ) -> dict:
     "Train one epoch; its history entry, but for validation's figures."
-    start, tokens_before, world = time.perf_counter(), training.state.tokens, rank_and_world()[1]
+    start, tokens_before = time.perf_counter(), learner.state.tokens
+    world, options = setup.process.world_size, setup.options
     loader.batch_sampler.set_epoch(epoch)
-    desc = f"epoch {epoch + 1}/{config.epochs}"
-    loss, training.state = train_epoch(
-        loader,
-        wrapped,
-        training.loss_fn,
-        training.optimizer,
-        training.scheduler,
-        config.accum_iter,
-        config.max_grad_norm,
-        training.state,
-        desc,
-        options.progress,
-        device,
+    how = EpochOptions(
+        setup.process.device,
         PRECISIONS[options.precision],
-        training.scaler,
-        world=world,
+        learner.scaler,
+        world,
+        progress=options.progress,
+        desc=f"epoch {epoch + 1}/{setup.config.epochs}",
     )
-    seconds = time.perf_counter() - start
-    speed = (training.state.tokens - tokens_before) * world / seconds  # every process's tokens
+    updates = learner.updates(setup.config)
+    loss, learner.state = train_epoch(loader, wrapped, learner.loss_fn, updates, learner.state, how)
+    speed = (learner.state.tokens - tokens_before) * world / (time.perf_counter() - start)
     return {
         "epoch": epoch + 1,
         "train_loss": loss,
-        "steps": training.state.optimizer_steps,
-        "lr": training.scheduler.get_last_lr()[0],
-        "tokens_per_second": speed,
+        "steps": learner.state.optimizer_steps,
+        "lr": learner.scheduler.get_last_lr()[0],
+        "tokens_per_second": speed,  # every process's tokens
     }
 
 # %% ../nbs/09_trainer.ipynb #ac34e97c
 def epoch_checkpoint(
-    config: TrainConfig, data: RunData, training: Training, rng: list[dict], run_id: str | None
+    setup: RunSetup, data: RunData, learner: Learner, rng: list[dict]
 ) -> RunCheckpoint:
     "The run as it stands after its last epoch: everything to use it and to continue it."
-    t = training
+    optimizer, scheduler, scaler = learner.optimizer, learner.scheduler, learner.scaler
     resume = ResumeState(
-        t.optimizer.state_dict(),
-        t.scheduler.state_dict(),
-        replace(t.state),
+        optimizer.state_dict(),
+        scheduler.state_dict(),
+        replace(learner.state),
         rng,
-        None if t.scaler is None else t.scaler.state_dict(),
+        None if scaler is None else scaler.state_dict(),
     )
-    subwords = data.tokenizers[0] if config.vocab_size is not None else None
+    subwords = data.tokenizers[0] if setup.config.vocab_size is not None else None
     return RunCheckpoint(
-        config,
-        t.model.state_dict(),
+        setup.config,
+        learner.model.state_dict(),
         data.src_vocab,
         data.tgt_vocab,
-        len(t.history),
-        list(t.history),
-        run_id,
+        len(learner.history),
+        list(learner.history),
+        setup.run_id,
         data.origin,
         subwords,
         resume,
     )
 
+# %% ../nbs/09_trainer.ipynb #a52bb06e
+def _for_fit(
+    data: RunData, learner: Learner, setup: RunSetup
+) -> tuple[DataLoader, DataLoader, nn.Module]:
+    """This process's share of the training batches (reshuffled every epoch), the validation
+    batches, and the model as it trains (wrapped for data parallelism, compiled if asked)."""
+    pad, max_tokens, process = data.tgt_vocab.pad, setup.config.max_tokens, setup.process
+    train = make_loader(
+        data.train,
+        pad,
+        max_tokens,
+        seed=setup.config.seed,
+        num_replicas=process.world_size,
+        rank=process.rank,
+    )
+    compile = setup.options.compile
+    wrapped = wrap_for_training(learner.model, process.device, process.world_size, compile)
+    return train, make_loader(data.val, pad, max_tokens, shuffle=False), wrapped
+
+
+def _report(entry: dict, log: Log, writer) -> None:
+    "Say how an epoch went, in the log and (with a TensorBoard writer) in TensorBoard's."
+    log(
+        f"epoch {entry['epoch']}: train loss {entry['train_loss']:.3f}, val loss "
+        f"{entry['val_loss']:.3f}, val perplexity {entry['val_ppl']:.2f}, val sacreBLEU "
+        f"{entry['val_bleu']:.2f} ({entry['seconds']:.0f} s)"
+    )
+    for name in FIGURES if writer is not None else ():
+        writer.add_scalar(name, entry[name], entry["epoch"])
+
 # %% ../nbs/09_trainer.ipynb #32c1a468
 def fit(
     folder: RunFolder | None,  # the claimed run folder; None on all but the first process
-    config: TrainConfig,
+    setup: RunSetup,
     data: RunData,
-    training: Training,
-    options: RuntimeOptions,
-    device: torch.device,
-    ckpt: RunCheckpoint | None,
-    log: Callable[[str], None],
+    learner: Learner,
+    ckpt: RunCheckpoint | None,  # a resumed run's: returned if no epoch is left
 ) -> RunCheckpoint | None:
-    "Train the epochs left after `ckpt` (None: all), validating and saving after each; the last."
-    rank, world = rank_and_world()
-    pad, max_tokens = data.tgt_vocab.pad, config.max_tokens
-    loader = make_loader(
-        data.train, pad, max_tokens, seed=config.seed, num_replicas=world, rank=rank
-    )
-    val_loader = make_loader(data.val, pad, max_tokens, shuffle=False)
-    wrapped = wrap_for_training(training.model, device, world, options.compile)
-    writer = tensorboard_writer(folder.path) if options.tensorboard and rank == 0 else None
-    run_id = ckpt.run_id if ckpt is not None else uuid.uuid4().hex  # 0.1 checkpoints have none
-    for epoch in range(len(training.history), config.epochs):
+    "Train the epochs left (all, or those after `ckpt`), validating and saving each; the last."
+    process, options = setup.process, setup.options
+    loader, val_loader, wrapped = _for_fit(data, learner, setup)
+    writer = tensorboard_writer(folder.path) if options.tensorboard and process.is_main else None
+    for epoch in range(len(learner.history), setup.config.epochs):
         start = time.time()
-        entry = fit_epoch(epoch, training, wrapped, loader, config, options, device)
-        rng = gather_objects(rng_state(), world)  # every process's, for an exact resume
-        if rank == 0:
-            loss, ppl, bleu = validate(training, data, val_loader, device, options.progress)
-            entry.update(val_loss=loss, val_ppl=ppl, val_bleu=bleu, seconds=time.time() - start)
-            training.history.append(entry)
-            log(
-                f"epoch {epoch + 1}: train loss {entry['train_loss']:.3f}, val loss {loss:.3f}, "
-                f"val perplexity {ppl:.2f}, val sacreBLEU {bleu:.2f} ({entry['seconds']:.0f} s)"
+        entry = fit_epoch(epoch, learner, wrapped, loader, setup)
+        rng = gather_objects(rng_state(), process.world_size)  # all processes': an exact resume
+        if process.is_main:
+            scores = validate(learner, data, val_loader, process.device, options.progress)
+            entry.update(
+                zip(("val_loss", "val_ppl", "val_bleu"), scores), seconds=time.time() - start
             )
-            ckpt = epoch_checkpoint(config, data, training, rng, run_id)
+            learner.history.append(entry)
+            _report(entry, setup.log, writer)
+            ckpt = epoch_checkpoint(setup, data, learner, rng)
             folder.save_epoch(ckpt, options.keep_epochs)  # the first replaces an old run
-            if writer:
-                for name in FIGURES:
-                    writer.add_scalar(name, entry[name], epoch + 1)
-        if world > 1:
+        if process.world_size > 1:
             dist.barrier()  # the others wait while the first validates and saves
-    if writer:
+    if writer is not None:
         writer.close()
-    return ckpt if rank == 0 else None
+    return ckpt if process.is_main else None
 
 # %% ../nbs/09_trainer.ipynb #f638428d
 def _tidy(folder: RunFolder, ckpt: RunCheckpoint | None, log: Callable[[str], None]) -> None:
@@ -464,48 +474,65 @@ def _tidy(folder: RunFolder, ckpt: RunCheckpoint | None, log: Callable[[str], No
     if ckpt is not None and folder.restore_epoch_file(ckpt):
         log(f"wrote epoch{ckpt.epoch}.pt again from last.pt (the run was stopped between the two)")
 
+# %% ../nbs/09_trainer.ipynb #9b85ba92
+def start_run(
+    setup: RunSetup, corpus: Corpus, ckpt: RunCheckpoint | None, last: Path
+) -> tuple[RunData, Learner]:
+    "Seed; read and prepare the data; build the learner (a resumed run's restored); say what it is."
+    config, rank, log = setup.config, setup.process.rank, setup.log
+    torch.manual_seed(config.seed + rank)  # rank 0's weights are everyone's (DDP copies them)
+    random.seed(config.seed + rank)
+    pairs, origin = load_pairs(config, corpus, log), corpus.origin()
+    if ckpt is not None and ckpt.data is not None:  # checkpoints of version 0.2 do not say
+        check_same_data(ckpt.data, origin, last)
+    data = prepare_data(config, pairs, origin, ckpt, setup.options.progress, log)
+    learner = build_learner(config, data, setup.options, setup.process.device)
+    if ckpt is not None:
+        restore(learner, ckpt, log)
+        steps = learner.state.optimizer_steps
+        log(f"resuming from {last} after epoch {ckpt.epoch} ({steps} optimizer steps)")
+    world, precision = setup.process.world_size, setup.options.precision
+    processes = f", {world} processes" if world > 1 else ""
+    mixed = f", {precision}" if precision != "fp32" else ""
+    log(
+        f"{len(data.train):,} training pairs; vocabularies {len(data.src_vocab):,} / "
+        f"{len(data.tgt_vocab):,}; {count_parameters(learner.model) / 1e6:.1f}M parameters on "
+        f"{setup.process.device}{processes}{mixed}"
+    )
+    return data, learner
+
+# %% ../nbs/09_trainer.ipynb #ddc935f0
+@contextmanager
+def _runtime(options: RuntimeOptions) -> Iterator[tuple[DistributedSetup, RuntimeOptions]]:
+    "`start_runtime`'s place in the group and resolved options; the group left at the end."
+    try:
+        yield start_runtime(options)
+    finally:
+        cleanup_distributed()
+
 # %% ../nbs/09_trainer.ipynb #08a858bd
 def train(
     out_dir: str | Path,  # checkpoints go here
     config: TrainConfig | None = None,  # None: the defaults (your own data: subwords), or the run's
     *,
-    data_dir: str | Path | None = None,  # the Multi30k files; $MULTI30K_DIR or a download if None
-    files: dict[str, tuple[Path, Path]] | None = None,  # {"train": (src, tgt), "val": ...} files
-    pairs: dict[str, list[tuple[str, str]]] | None = None,  # {"train": [...], "val": [...]}
+    corpus: Corpus | None = None,  # the data; None: the configuration's corpus (open_corpus)
     resume: bool = False,  # continue from out_dir/last.pt
     overwrite: bool = False,  # replace a run already in out_dir
     options: RuntimeOptions = RuntimeOptions(),  # how to train on this machine (not stored)
-    log: Callable[[str], None] = print,
+    log: Log = print,
 ) -> RunCheckpoint | None:
-    "Train on Multi30k, your files or pairs, alone or in a process group; rank 0's last checkpoint."
-    out_dir, (rank, world) = Path(out_dir), rank_and_world()
-    if rank > 0:
-        log, options = (lambda message: None), replace(options, progress=False)
-    device = torch.device(options.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    with claim_run_folder(out_dir, resume, overwrite) if rank == 0 else nullcontext() as folder:
-        last = out_dir / "last.pt"
-        ckpt = load_checkpoint(last) if resume else None
-        if folder is not None:
-            _tidy(folder, ckpt, log)
-        config = run_config(config, ckpt, files is not None or pairs is not None, str(last))
-        torch.manual_seed(config.seed + rank)  # rank 0's weights are everyone's (DDP copies them)
-        random.seed(config.seed + rank)
-        split_pairs, origin = load_pairs(config, data_dir, files, pairs, log)
-        if ckpt is not None and ckpt.data is not None:  # checkpoints of version 0.2 do not say
-            check_same_data(ckpt.data, origin, last)
-        data = prepare_data(config, split_pairs, origin, ckpt, options.progress, log)
-        training = build_training(config, data, options, device)
-        if ckpt is not None:
-            restore(training, ckpt, log)
-            log(
-                f"resuming from {last} after epoch {ckpt.epoch} "
-                f"({training.state.optimizer_steps} optimizer steps)"
-            )
-        processes = f", {world} processes" if world > 1 else ""
-        precision = f", {options.precision}" if options.precision != "fp32" else ""
-        log(
-            f"{len(data.train):,} training pairs; vocabularies {len(data.src_vocab):,} / "
-            f"{len(data.tgt_vocab):,}; {count_parameters(training.model) / 1e6:.1f}M parameters on "
-            f"{device}{processes}{precision}"
-        )
-        return fit(folder, config, data, training, options, device, ckpt, log)
+    "Train on a corpus, alone or as one of torchrun's processes; rank 0's last checkpoint."
+    out_dir, last = Path(out_dir), Path(out_dir) / "last.pt"
+    with _runtime(options) as (process, options):
+        if not process.is_main:
+            log, options = (lambda message: None), replace(options, progress=False)
+        claim = claim_run_folder(out_dir, resume, overwrite) if process.is_main else nullcontext()
+        with claim as folder:
+            ckpt = load_checkpoint(last) if resume else None
+            if folder is not None:
+                _tidy(folder, ckpt, log)
+            config = run_config(config, ckpt, corpus, str(last))
+            run_id = ckpt.run_id if ckpt is not None else uuid.uuid4().hex
+            setup = RunSetup(config, options, process, log, run_id)
+            data, learner = start_run(setup, run_corpus(config, corpus), ckpt, last)
+            return fit(folder, setup, data, learner, ckpt)

@@ -19,7 +19,7 @@ from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 from .batching import Batch
 
 # %% auto #0
-__all__ = ['TrainState', 'optimizer_step', 'run_epoch', 'rate', 'noam_optimizer', 'train_epoch']
+__all__ = ['TrainState', 'Updates', 'optimizer_step', 'run_epoch', 'rate', 'noam_optimizer', 'EpochOptions', 'train_epoch']
 
 # %% ../nbs/03_training.ipynb #21500541
 @dataclass
@@ -37,46 +37,53 @@ class TrainState:
         self.samples += batch.src.size(0)
         self.tokens += batch.ntokens
 
+# %% ../nbs/03_training.ipynb #4ccf68f7
+@dataclass
+class Updates:
+    "How training changes the weights: the optimizer, its schedule, how often and how far."
+
+    optimizer: torch.optim.Optimizer
+    scheduler: LRScheduler | None = None  # stepped once per optimizer step
+    accum_iter: int = 1  # batches per optimizer step
+    max_grad_norm: float | None = None  # clip the gradients' norm before each step
+
+    def __post_init__(self):
+        if self.accum_iter < 1:
+            raise ValueError(f"accum_iter must be at least 1, got {self.accum_iter}")
+
 # %% ../nbs/03_training.ipynb #18feb65a
 def optimizer_step(
     model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: LRScheduler | None,  # stepped after the update
+    updates: Updates,
     tokens: float,  # the step's target tokens: summed gradients become a mean per token
-    max_grad_norm: float | None = None,  # clip the gradients' norm to this first
 ) -> None:
     "Average the summed gradients per token, clip them (optionally), update, clear them."
     for p in model.parameters():
         if p.grad is not None:
             p.grad /= tokens
-    if max_grad_norm is not None:
-        nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    optimizer.step()
-    if scheduler is not None:
-        scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
+    if updates.max_grad_norm is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), updates.max_grad_norm)
+    updates.optimizer.step()
+    if updates.scheduler is not None:
+        updates.scheduler.step()
+    updates.optimizer.zero_grad(set_to_none=True)
 
 # %% ../nbs/03_training.ipynb #9c5f7f5b
 def run_epoch(
     batches: Iterable[Batch],
     model: nn.Module,  # an EncoderDecoder
     loss_fn: Callable[[Tensor, Tensor], Tensor],  # decoder outputs (B, T, D), labels (B, T) -> sum
-    optimizer: torch.optim.Optimizer | None = None,  # None evaluates: no gradients, no updates
-    scheduler: LRScheduler | None = None,  # stepped once per optimizer step
-    accum_iter: int = 1,  # batches per optimizer step
-    max_grad_norm: float | None = None,  # clip the gradients' norm before each step
+    updates: Updates | None = None,  # None evaluates: no gradients, no updates
     state: TrainState | None = None,  # counts to continue from; a new one if None
 ) -> tuple[float, TrainState]:
     "One pass over `batches`: the mean loss per target token, and the counts."
-    if accum_iter < 1:
-        raise ValueError(f"accum_iter must be at least 1, got {accum_iter}")
-    training = optimizer is not None
+    training = updates is not None
     state = TrainState() if state is None else state
     model.train(training)
     total_loss, total_tokens, batches = 0.0, 0, iter(batches)
     with torch.set_grad_enabled(training):
-        while step := list(islice(batches, accum_iter)):  # the batches of one optimizer step
-            for batch in step:
+        while step := list(islice(batches, updates.accum_iter if training else 1)):
+            for batch in step:  # the batches of one optimizer step
                 out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)  # (B, T, D)
                 loss = loss_fn(out, batch.tgt_y)  # summed over the batch's target tokens
                 total_loss, total_tokens = total_loss + loss.item(), total_tokens + batch.ntokens
@@ -84,8 +91,7 @@ def run_epoch(
                     loss.backward()  # adds to the gradients of the step's earlier batches
                     state.count(batch)
             if training:
-                tokens = sum(batch.ntokens for batch in step)
-                optimizer_step(model, optimizer, scheduler, tokens, max_grad_norm)
+                optimizer_step(model, updates, sum(batch.ntokens for batch in step))
                 state.optimizer_steps += 1
     if total_tokens == 0:
         raise ValueError("no batches: the epoch had nothing to train or evaluate on")
@@ -118,14 +124,31 @@ def noam_optimizer(
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from torch.optim.lr_scheduler import LRScheduler
 from tqdm import tqdm
 
 from .batching import Batch
+
+# %% ../nbs/09_trainer.ipynb #9f550556
+@dataclass(frozen=True)
+class EpochOptions:
+    "How a pass runs on this machine: where, in what precision, on how many processes, shown how."
+
+    device: torch.device | str | None = None  # move each batch here; None: where it is
+    autocast_dtype: torch.dtype | None = None  # e.g. torch.bfloat16: mixed precision
+    scaler: torch.amp.GradScaler | None = None  # float16: scales the loss so gradients survive
+    world: int = 1  # data-parallel processes; with more than 1 the model is in DDP
+    read_every: int = 50  # batches between reading the losses back (the GPU must catch up)
+    progress: bool = True  # show a progress bar
+    desc: str = ""  # the progress bar's label
+
+    def __post_init__(self):
+        if self.read_every < 1:
+            raise ValueError(f"read_every must be at least 1, got {self.read_every}")
 
 # %% ../nbs/09_trainer.ipynb #0f4b7ce3
 def _with_last(items: Iterable) -> Iterator[tuple[object, bool]]:
@@ -152,25 +175,24 @@ def _sum_over_processes(values: list[float], world: int, device: torch.device) -
 # %% ../nbs/09_trainer.ipynb #665957f3
 def _scaled_step(
     model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: LRScheduler | None,
+    updates: Updates,
     tokens: float,  # the step's target tokens (per process, with DDP averaging the gradients)
-    max_grad_norm: float | None,
     scaler: torch.amp.GradScaler | None,  # float16's loss scaler; None: optimizer_step
 ) -> None:
     "`optimizer_step`, through float16's loss scaler if there is one."
     if scaler is None:
-        return optimizer_step(model, optimizer, scheduler, tokens, max_grad_norm)
+        return optimizer_step(model, updates, tokens)
+    optimizer = updates.optimizer
     scaler.unscale_(optimizer)  # the true gradients, before they are averaged and clipped
     for p in model.parameters():
         if p.grad is not None:
             p.grad /= tokens
-    if max_grad_norm is not None:
-        nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    if updates.max_grad_norm is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), updates.max_grad_norm)
     scaler.step(optimizer)  # skipped if a gradient overflowed; the scale is then lowered
     scaler.update()
-    if scheduler is not None:
-        scheduler.step()
+    if updates.scheduler is not None:
+        updates.scheduler.step()
     optimizer.zero_grad(set_to_none=True)
 
 # %% ../nbs/09_trainer.ipynb #390d6378
@@ -194,36 +216,19 @@ def _forward_backward(
     loss_fn: Callable[[Tensor, Tensor], Tensor],
     training: bool,  # backpropagate the loss
     sync: bool,  # False: inside DDP's no_sync, the gradients are not all-reduced yet
-    autocast_dtype: torch.dtype | None,
-    scaler: torch.amp.GradScaler | None,
+    options: EpochOptions,  # its autocast dtype and scaler
 ) -> Tensor:
     "The summed loss of one batch (not read back), its gradients added to the model's if training."
+    dtype, scaler = options.autocast_dtype, options.scaler
     with nullcontext() if sync else model.no_sync():
-        precision = dict(dtype=autocast_dtype, enabled=autocast_dtype is not None)
-        with torch.autocast(batch.src.device.type, **precision):
+        with torch.autocast(batch.src.device.type, dtype=dtype, enabled=dtype is not None):
             out = model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)  # (B, T, D)
             loss = loss_fn(out, batch.tgt_y)  # summed over the batch's tokens
         if training:
             (loss if scaler is None else scaler.scale(loss)).backward()  # normalized at the step
     return loss.detach()
 
-# %% ../nbs/09_trainer.ipynb #b8a772e9
-def _show(
-    bar: tqdm, loss: float, optimizer: torch.optim.Optimizer | None, tokens: int, start: float
-) -> None:
-    "The progress bar's figures: the loss so far, the learning rate, target tokens per second."
-    lr = optimizer.param_groups[0]["lr"] if optimizer is not None else 0.0
-    speed = tokens / (time.perf_counter() - start)
-    bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{speed:,.0f}")
-
 # %% ../nbs/09_trainer.ipynb #e88e5a33
-def _check_positive(**counts: int) -> None:
-    "Raise a one-line error naming the first count below 1."
-    for name, value in counts.items():
-        if value < 1:
-            raise ValueError(f"{name} must be at least 1, got {value}")
-
-
 def _mean_over_processes(loss: float, tokens: int, world: int, model: nn.Module) -> float:
     "The loss per target token over every process's batches."
     device = next(model.parameters()).device
@@ -232,51 +237,72 @@ def _mean_over_processes(loss: float, tokens: int, world: int, model: nn.Module)
         raise ValueError("no batches: the epoch had nothing to train or evaluate on")
     return loss / tokens
 
+# %% ../nbs/09_trainer.ipynb #44c71fde
+@dataclass
+class _Pass:
+    "One pass over the batches: what it trains with, and its running figures."
+
+    model: nn.Module
+    loss_fn: Callable[[Tensor, Tensor], Tensor]
+    updates: Updates | None  # None: evaluation
+    state: TrainState
+    options: EpochOptions
+    # (loss on the device, batch of this pass, batch of the run, optimizer steps) per batch
+    unread: list[tuple[Tensor, int, int, int]] = field(default_factory=list)
+    loss: float = 0.0  # the losses read back, summed
+    tokens: int = 0  # target tokens of this process
+    pending: int = 0  # batches of the open optimizer step
+    step_tokens: int = 0  # their target tokens
+
+# %% ../nbs/09_trainer.ipynb #4af926c9
+def _take(run: _Pass, i: int, batch: Batch, last: bool) -> None:
+    "Batch `i` of the pass: its forward (and backward) pass, and the optimizer step it may end."
+    training, world = run.updates is not None, run.options.world
+    ends_step = training and (run.pending + 1 == run.updates.accum_iter or last)
+    sync = ends_step or world == 1 or not training  # all-reduce on a step's last batch
+    loss = _forward_backward(run.model, batch, run.loss_fn, training, sync, run.options)
+    run.unread.append((loss, i, run.state.batches, run.state.optimizer_steps))
+    run.tokens += batch.ntokens
+    if training:
+        run.state.count(batch)
+        run.pending, run.step_tokens = run.pending + 1, run.step_tokens + batch.ntokens
+    if ends_step:
+        tokens = _sum_over_processes([run.step_tokens], world, batch.src.device)[0]
+        _scaled_step(run.model, run.updates, tokens / world, run.options.scaler)
+        run.state.optimizer_steps, run.pending, run.step_tokens = (
+            run.state.optimizer_steps + 1,
+            0,
+            0,
+        )
+
+# %% ../nbs/09_trainer.ipynb #b8a772e9
+def _show(bar: tqdm, run: _Pass, start: float) -> None:
+    "The progress bar's figures: the loss so far, the learning rate, target tokens per second."
+    lr = run.updates.optimizer.param_groups[0]["lr"] if run.updates is not None else 0.0
+    speed = run.tokens / (time.perf_counter() - start)
+    bar.set_postfix(loss=f"{run.loss / run.tokens:.3f}", lr=f"{lr:.2e}", tok_s=f"{speed:,.0f}")
+
 # %% ../nbs/09_trainer.ipynb #60a1c8f3
 def train_epoch(
     batches: Iterable[Batch],
     model: nn.Module,  # an EncoderDecoder, maybe wrapped for data parallelism or compiled
     loss_fn: Callable[[Tensor, Tensor], Tensor],  # decoder outputs (B, T, D), labels (B, T) -> sum
-    optimizer: torch.optim.Optimizer | None = None,  # None evaluates: no gradients, no updates
-    scheduler: LRScheduler | None = None,  # stepped once per optimizer step
-    accum_iter: int = 1,  # batches per optimizer step
-    max_grad_norm: float | None = None,  # clip the gradient norm before each optimizer step
+    updates: Updates | None = None,  # None evaluates: no gradients, no updates
     state: TrainState | None = None,  # counts to continue from; a new one if None
-    desc: str = "",  # progress-bar label
-    progress: bool = True,  # show a progress bar
-    device: torch.device | str | None = None,  # move each batch here; None: where it is
-    autocast_dtype: torch.dtype | None = None,  # e.g. torch.bfloat16: mixed precision
-    scaler: torch.amp.GradScaler | None = None,  # float16: scales the loss so gradients survive
-    read_every: int = 50,  # batches between reading the losses back (the GPU must catch up)
-    world: int = 1,  # data-parallel processes; with more than 1 the model is in DDP
+    options: EpochOptions = EpochOptions(),  # device, precision, processes, progress bar
 ) -> tuple[float, TrainState]:
     "`run_epoch` at scale: the mean loss per target token (of all processes) and the counts."
-    _check_positive(accum_iter=accum_iter, read_every=read_every)
-    training = optimizer is not None
-    state = TrainState() if state is None else state
+    run = _Pass(model, loss_fn, updates, TrainState() if state is None else state, options)
+    training, start = updates is not None, time.perf_counter()
     model.train(training)
-    total_loss, total_tokens, pending, step_tokens = 0.0, 0, 0, 0
-    unread = []  # (loss on the device, batch of this pass, batch of the run, optimizer steps)
-    start, label = time.perf_counter(), desc or ("train" if training else "eval")
+    label = options.desc or ("train" if training else "eval")
     # disable=None: a bar on a terminal only, never redrawn into a log file
-    bar = tqdm(batches, desc=label, disable=None if progress else True, leave=False)
+    bar = tqdm(batches, desc=label, disable=None if options.progress else True, leave=False)
     with torch.set_grad_enabled(training):
         for i, (batch, last) in enumerate(_with_last(bar)):
-            batch = batch if device is None else batch.to(device)
-            ends_step = training and (pending + 1 == accum_iter or last)  # the optimizer steps
-            sync = ends_step or world == 1 or not training  # all-reduce on a step's last batch
-            loss = _forward_backward(model, batch, loss_fn, training, sync, autocast_dtype, scaler)
-            unread.append((loss, i, state.batches, state.optimizer_steps))
-            total_tokens += batch.ntokens
-            if training:
-                state.count(batch)
-                pending, step_tokens = pending + 1, step_tokens + batch.ntokens
-            if ends_step:
-                tokens = _sum_over_processes([step_tokens], world, batch.src.device)[0]
-                _scaled_step(model, optimizer, scheduler, tokens / world, max_grad_norm, scaler)
-                state.optimizer_steps, pending, step_tokens = state.optimizer_steps + 1, 0, 0
-            if len(unread) == read_every or last:
-                total_loss, unread = total_loss + _read_losses(unread), []
-                _show(bar, total_loss / total_tokens, optimizer, total_tokens, start)
+            _take(run, i, batch if options.device is None else batch.to(options.device), last)
+            if len(run.unread) == options.read_every or last:
+                run.loss, run.unread = run.loss + _read_losses(run.unread), []
+                _show(bar, run, start)
     bar.close()
-    return _mean_over_processes(total_loss, total_tokens, world, model), state
+    return _mean_over_processes(run.loss, run.tokens, options.world, model), run.state

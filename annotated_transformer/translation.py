@@ -11,71 +11,71 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar, Protocol, runtime_checkable
 
 from .checkpoint import RunCheckpoint, load_checkpoint
+from .config import ChoiceError, TrainConfig, check_settings, setting
 from .data import Tokenizer, Vocab
+from .decoding import ALPHA
 from .model import EncoderDecoder
 from .recurrent import RecurrentEncoderDecoder
 
+Scored = tuple[list[str], float]  # a translation's target tokens and its score
+
 # %% auto #0
-__all__ = ['GREEDY', 'Scored', 'Search', 'Translator', 'BleuScores', 'bleu', 'AttentionMaps', 'check_kind', 'SentenceError']
+__all__ = ['Scored', 'GREEDY', 'Search', 'Translating', 'Translator', 'BleuScores', 'bleu', 'AttentionMaps', 'check_kind', 'SentenceError', 'source_tokens', 'Evaluation', 'evaluate']
 
 # %% ../nbs/06_translation.ipynb #4fbe9370
 @dataclass(frozen=True)
 class Search:
     "How to search for translations: greedy or beam search, the length penalty and limit (§6.1)."
 
-    beam_size: int = 1  # 1: greedy search; the paper uses 4
-    alpha: float = 0.6  # beam search's length penalty (§6.1)
-    max_extra: int = 50  # an output is at most this many tokens longer than its input (§6.1)
-    allow_unk: bool = False  # let outputs contain <unk>; by default the next best word stands in
-    batch_size: int = 128  # sentences decoded together
+    beam_size: int = setting(
+        1, "beam size (default 1: greedy; the paper uses 4)", low=1, flag="--beam"
+    )
+    alpha: float = setting(  # beam search's length penalty (§6.1)
+        ALPHA, "beam search length penalty, as in the paper", low=0
+    )
+    nbest: int = setting(  # translations kept for each sentence, best first
+        1, "the K best translations of each sentence (K at most --beam)", low=1, metavar="K"
+    )
+    max_extra: int = setting(50, None, low=0)  # an output's tokens beyond its input's (§6.1)
+    allow_unk: bool = setting(
+        False, "let translations contain <unk> (default: the next best word replaces it)"
+    )
+    batch_size: int = setting(128, None, low=1)  # sentences decoded together
 
     def __post_init__(self):
-        for name, lowest in (("beam_size", 1), ("max_extra", 0), ("batch_size", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
-                raise ValueError(f"{name} must be a whole number at least {lowest}, got {value!r}")
-        if not (isinstance(self.alpha, (int, float)) and 0 <= self.alpha < float("inf")):
-            raise ValueError(f"alpha must be a finite number at least 0, got {self.alpha!r}")
+        check_settings(self)
+        if self.nbest > self.beam_size:
+            raise ChoiceError(
+                f"nbest={self.nbest} needs beam_size={self.nbest} or more: a beam of "
+                f"{self.beam_size} ends with at most {self.beam_size} translations"
+            )
 
 
 GREEDY = Search()
 
-# %% ../nbs/06_translation.ipynb #3c52f7eb
-Scored = tuple[list[str], float]  # a translation's target tokens and its score
+# %% ../nbs/06_translation.ipynb #7a1e0c01
+@runtime_checkable
+class Translating(Protocol):
+    "What a translator offers, whatever runs its model: `nbest`; the other methods follow from it."
 
-
-@dataclass
-class Translator:
-    "A trained model in use: the model, its vocabularies and its tokenizers; text in, text out."
-
-    model: EncoderDecoder | RecurrentEncoderDecoder
-    src_vocab: Vocab
-    tgt_vocab: Vocab
-    src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
-
-    @classmethod
-    def from_checkpoint(
-        cls, ckpt: RunCheckpoint | str | Path, device: str | None = None
-    ) -> Translator:
-        "The model of a checkpoint (a record, or its file) in eval mode, on `device` (the CPU)."
-        ckpt = ckpt if isinstance(ckpt, RunCheckpoint) else load_checkpoint(ckpt)
-        model = ckpt.build_model().to(device or "cpu")
-        return cls(model, ckpt.src_vocab, ckpt.tgt_vocab, *ckpt.tokenizers())
+    config: TrainConfig | None  # the run's settings, when it came from a run
+    engine: ClassVar[str] = "pytorch"  # what runs the model; an inference engine's name
+    parameters: int  # the model's, a tied matrix counted once
 
     def nbest(
-        self, sentences: Sequence[str], search: Search = GREEDY, n: int = 1, progress: bool = False
+        self, sentences: Sequence[str], search: Search = GREEDY, progress: bool = False
     ) -> list[list[Scored]]:
-        "The `n` best (target tokens, score) of each sentence, best first."
-        return _nbest(self, sentences, search, n, progress)
+        "Each sentence's `search.nbest` best (target tokens, score), best first; none if blank."
 
     def translate(
         self, sentences: Sequence[str], search: Search = GREEDY, progress: bool = False
     ) -> list[list[str]]:
-        "The target tokens of each sentence's best translation."
-        return [best[0][0] for best in self.nbest(sentences, search, progress=progress)]
+        "The target tokens of each sentence's best translation ([] for a blank sentence)."
+        return [best[0][0] if best else [] for best in self.nbest(sentences, search, progress)]
 
     def detokenize(self, tokens: Sequence[str]) -> str:
         "A translation's text."
@@ -87,6 +87,31 @@ class Translator:
         "BLEU of the translations of `sentences` against `references`."
         return bleu(self.translate(sentences, search), references, self.tgt_tokenizer)
 
+# %% ../nbs/06_translation.ipynb #3c52f7eb
+@dataclass
+class Translator(Translating):
+    "A trained model in use: the model, its vocabularies and its tokenizers; text in, text out."
+
+    model: EncoderDecoder | RecurrentEncoderDecoder
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    config: TrainConfig | None = None  # the run's settings, when it came from a checkpoint
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: RunCheckpoint | str | Path, device: str = "cpu") -> Translator:
+        "The model of a checkpoint (a record, or its file) in eval mode, on `device`."
+        ckpt = ckpt if isinstance(ckpt, RunCheckpoint) else load_checkpoint(ckpt)
+        model = ckpt.build_model().to(device)
+        return cls(model, ckpt.src_vocab, ckpt.tgt_vocab, *ckpt.tokenizers(), ckpt.config)
+
+    def nbest(
+        self, sentences: Sequence[str], search: Search = GREEDY, progress: bool = False
+    ) -> list[list[Scored]]:
+        "Each sentence's `search.nbest` best (target tokens, score), best first; none if blank."
+        return _nbest(self, sentences, search, progress)
+
     def attention(
         self, sentence: str, translation: Sequence[str] | None = None, search: Search = GREEDY
     ) -> AttentionMaps:
@@ -96,16 +121,18 @@ class Translator:
 # %% ../nbs/19_engines.ipynb #b2d0a002
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import sacrebleu
 import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from .data import SpacyTokenizer, Tokenizer, Vocab
+from .config import arch_of
+from .data import SpacyTokenizer, Tokenizer, Vocab, read_lines
 from .decoding import beam_search, greedy_search
-from .model import KINDS, attention_weights
+from .model import KINDS, attention_weights, count_parameters
 from .recurrent import RecurrentEncoderDecoder
 
 # %% ../nbs/19_engines.ipynb #6a49081d
@@ -115,9 +142,8 @@ def _search_batch(
     tgt_vocab: Vocab,
     tokens: Sequence[Sequence[str]],  # the source tokens of each sentence
     search: Search,
-    n: int,  # hypotheses kept per sentence
 ) -> list[list[Scored]]:
-    "The `n` best (target tokens, score) of each tokenized sentence, best first."
+    "The `search.nbest` best (target tokens, score) of each tokenized sentence, best first."
     ids = [torch.tensor(src_vocab.encode_sentence(t)) for t in tokens]
     limits = [len(i) + search.max_extra for i in ids]  # each sentence's own: its length plus 50
     device = next(model.parameters()).device
@@ -134,7 +160,7 @@ def _search_batch(
         found = beam_search(
             model, src, src_mask, limits, *ends, search.beam_size, search.alpha, banned=banned
         )
-    return [[(tgt_vocab.decode(out), score) for out, score in best[:n]] for best in found]
+    return [[(tgt_vocab.decode(out), s) for out, s in best[: search.nbest]] for best in found]
 
 # %% ../nbs/19_engines.ipynb #ed96e3d2
 @dataclass
@@ -157,7 +183,7 @@ class BleuScores:
         )
         return f"sacreBLEU {self.sacrebleu:.2f} ({self.signature}){lower}"
 
-
+# %% ../nbs/19_engines.ipynb #c1b2e008
 def bleu(
     hypotheses: Sequence[Sequence[str]],  # target tokens
     references: Sequence[str],  # raw sentences
@@ -217,64 +243,73 @@ class SentenceError(ValueError):
         self.index, self.reason = index, reason
 
 
-def _tokenize(translator: Translator, sentences: Sequence[str], max_extra: int) -> list[list[str]]:
-    "The source tokens of each sentence, checked to be something the model can translate."
-    empty = [i for i, s in enumerate(sentences) if not s.strip()]
-    if empty:
-        raise SentenceError(empty[0], "is empty: there is nothing to translate")
-    tokens = translator.src_tokenizer.tokenize(sentences)
-    longest = translator.model.max_len - max_extra - 2  # <s>, </s> and room for the output
-    too_long = [i for i, t in enumerate(tokens) if len(t) > longest]
+def source_tokens(
+    tokenizer: Tokenizer,  # the source side's
+    sentences: Sequence[str],
+    max_len: int,  # the longest sequence the model can read or write
+    max_extra: int,  # the room an output needs beyond its source's length (`Search.max_extra`)
+) -> dict[int, list[str]]:
+    "The source tokens of each sentence that is not blank, by its place; a too long one refused."
+    rows = [i for i, s in enumerate(sentences) if s.strip()]
+    tokens = dict(zip(rows, tokenizer.tokenize([sentences[i] for i in rows])))
+    longest = max_len - max_extra - 2  # <s>, </s> and room for the output
+    too_long = [i for i, t in tokens.items() if len(t) > longest]
     if too_long:
         i = too_long[0]
         reason = f"has {len(tokens[i])} tokens, too long for this model (at most {longest})"
         raise SentenceError(i, reason)
     return tokens
 
-
+# %% ../nbs/19_engines.ipynb #c1b2e003
 def _nbest(
-    translator: Translator, sentences: Sequence[str], search: Search, n: int, progress: bool
+    translator: Translator, sentences: Sequence[str], search: Search, progress: bool
 ) -> list[list[Scored]]:
-    "The `n` best (target tokens, score) of each sentence, decoded in batches of similar length."
-    if not 1 <= n <= search.beam_size:
-        raise ValueError(
-            f"n={n} must be from 1 to beam_size={search.beam_size}: a search ends "
-            f"with at most beam_size hypotheses"
-        )
-    tokens = _tokenize(translator, sentences, search.max_extra)
-    order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]))  # less padding
-    results: list[list[Scored]] = [[] for _ in sentences]
+    "The best (target tokens, score) of each sentence, decoded in batches of similar length."
     t = translator
+    tokens = source_tokens(t.src_tokenizer, sentences, t.model.max_len, search.max_extra)
+    order = sorted(tokens, key=lambda i: len(tokens[i]))  # less padding
+    results: list[list[Scored]] = [[] for _ in sentences]  # none for a blank sentence
     t.model.eval()
     starts = range(0, len(order), search.batch_size)
     hidden = None if progress else True  # None: a bar on a terminal only
     for start in tqdm(starts, desc="translating", disable=hidden, leave=False):
         rows = order[start : start + search.batch_size]
-        found = _search_batch(
-            t.model, t.src_vocab, t.tgt_vocab, [tokens[i] for i in rows], search, n
-        )
+        found = _search_batch(t.model, t.src_vocab, t.tgt_vocab, [tokens[i] for i in rows], search)
         for i, best in zip(rows, found):
             results[i] = best
     return results
 
 # %% ../nbs/19_engines.ipynb #b4f10f65
+def _source_words(
+    translator: Translator,
+    sentence: str,
+    search: Search,
+    max_unknown: float = 0.5,  # refuse a sentence with more of its tokens outside the vocabulary
+) -> list[str]:
+    "The tokens of a sentence to draw: refused if blank, too long, or mostly unknown to the model."
+    t = translator
+    found = source_tokens(t.src_tokenizer, [sentence], t.model.max_len, search.max_extra)
+    if not found:
+        raise SentenceError(0, "is empty: there is nothing to translate")
+    unknown = [w for w in found[0] if w not in t.src_vocab.stoi]
+    if len(unknown) > max_unknown * len(found[0]):
+        raise ValueError(
+            f"{len(unknown)} of the {len(found[0])} tokens of {sentence!r} are not in the "
+            f"model's source vocabulary ({', '.join(unknown[:4])}, ...): is the sentence "
+            f"in the language the model translates from?"
+        )
+    return found[0]
+
+# %% ../nbs/19_engines.ipynb #c1b2e004
 def _attention(
     translator: Translator,
     sentence: str,
     translation: Sequence[str] | None,  # its target tokens; translated with `search` if None
     search: Search,
-    max_unknown: float = 0.5,  # refuse a sentence with more of its tokens outside the vocabulary
 ) -> AttentionMaps:
     "The attention weights of the model translating `sentence`, with the tokens of both sentences."
-    words = _tokenize(translator, [sentence], search.max_extra)[0]
+    words = _source_words(translator, sentence, search)
     src_vocab, tgt_vocab = translator.src_vocab, translator.tgt_vocab
-    unknown = [w for w in words if w not in src_vocab.stoi]
-    if len(unknown) > max_unknown * len(words):
-        raise ValueError(
-            f"{len(unknown)} of the {len(words)} tokens of {sentence!r} are not in the "
-            f"model's source vocabulary ({', '.join(unknown[:4])}, ...): is the sentence "
-            f"in the language the model translates from?"
-        )
     if translation is None:
         translation = translator.translate([sentence], search)[0]
     model = translator.model
@@ -291,3 +326,80 @@ def _attention(
     weights = {kind: w.cpu() for kind, w in found.items()}
     itos = lambda vocab, ids: [vocab.itos[i] for i in ids[0].tolist()]
     return AttentionMaps(itos(src_vocab, src), itos(tgt_vocab, tgt), weights)
+
+# %% ../nbs/19_engines.ipynb #c1b2e010
+def _parameters(translator: Translator) -> int:
+    "The model's parameters, a tied matrix counted once."
+    return count_parameters(translator.model)
+
+
+Translator.parameters = property(_parameters)  # part of `Translating`; reports print it
+
+# %% ../nbs/19_engines.ipynb #c1b2e013
+@dataclass
+class Evaluation:
+    "BLEU of a translator on a test set, with the settings that made the translations."
+
+    scores: BleuScores
+    hypotheses: list[list[str]]  # each source's translation's target tokens ([] for a blank one)
+    settings: dict  # data, sentences, checkpoint, arch, parameters, engine, search, average_last
+
+    def __str__(self) -> str:
+        "The report's line: the data, how it was translated, and the scores."
+        s = self.settings
+        how = "greedy" if s["beam"] == 1 else f"beam {s['beam']}, alpha {s['alpha']}"
+        if s["average_last"]:
+            how += f", average of the last {s['average_last']} epochs"
+        how += ", <unk> allowed" if s["allow_unk"] else ""
+        how += ", CTranslate2" if s["engine"] == "ctranslate2" else ""
+        return f"{s['data']} ({s['sentences']} sentences, {how}): {self.scores}"
+
+    def to_dict(self) -> dict:
+        "sacreBLEU's fields, then the settings: the command line's JSON."
+        lower = self.scores.tokenized_lowercase
+        return {**self.scores.fields, "tokenized_lowercase": lower, **self.settings}
+
+    def loaded_from(self, checkpoint: str | Path, average_last: int | None = None) -> Evaluation:
+        "The same, with where the model came from in its settings."
+        loaded = dict(checkpoint=str(checkpoint), average_last=average_last)
+        return replace(self, settings={**self.settings, **loaded})
+
+# %% ../nbs/19_engines.ipynb #c1b2e016
+def _test_set(
+    sources: Sequence[str] | Path, references: Sequence[str] | Path
+) -> tuple[list[str], list[str]]:
+    "The sentences and their references, read from their files if given as paths, line by line."
+    read = lambda x: read_lines(x, allow_empty=True) if isinstance(x, Path) else list(x)
+    src, ref = read(sources), read(references)
+    if len(src) != len(ref):
+        name = lambda x, what: str(x) if isinstance(x, Path) else what
+        raise ValueError(
+            f"{name(sources, 'the sources')} has {len(src)} lines but "
+            f"{name(references, 'the references')} has {len(ref)}: the references must "
+            f"translate the sources line by line"
+        )
+    return src, ref
+
+# %% ../nbs/19_engines.ipynb #c1b2e018
+def evaluate(
+    translator: Translating,
+    sources: Sequence[str] | Path,  # sentences, or a file of them (plain or .gz), one a line
+    references: Sequence[str] | Path,  # their reference translations, line by line
+    search: Search = GREEDY,
+    name: str | None = None,  # the test set's (default: the sources' file name, or "test")
+    progress: bool = False,  # a progress bar
+) -> Evaluation:
+    "BLEU of the translations of `sources` against `references`, with the settings that made it."
+    src, ref = _test_set(sources, references)
+    name = name or (sources.name if isinstance(sources, Path) else "test")
+    try:
+        hypotheses = translator.translate(src, search, progress)
+    except SentenceError as error:
+        raise ValueError(f"{name}, line {error.index + 1}: {error.reason}") from None
+    c, s = translator.config, search
+    settings = dict(data=name, sentences=len(src), checkpoint=None)
+    settings |= dict(arch=arch_of(c.model) if c else None, parameters=translator.parameters)
+    settings |= dict(engine=translator.engine, beam=s.beam_size, alpha=s.alpha)
+    settings |= dict(average_last=None, allow_unk=s.allow_unk)
+    scores = bleu(hypotheses, ref, translator.tgt_tokenizer)
+    return Evaluation(scores, hypotheses, settings)

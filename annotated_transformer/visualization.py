@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['head_measures', 'even_weights', 'COLUMN', 'LABEL_POINTS', 'BAR', 'check_index', 'AttentionFigure', 'plot_heads', 'plot_layers', 'plot_attention', 'plot_sentence', 'plot_measures', 'AttentionView']
+__all__ = ['head_measures', 'even_weights', 'COLUMN', 'LABEL_POINTS', 'BAR', 'check_index', 'AttentionFigure', 'plot_heads', 'plot_layers', 'plot_attention', 'plot_sentence', 'plot_measures', 'view_data', 'view_shape', 'AttentionView']
 
 # %% ../nbs/08_attention.ipynb #e8f5ce74
 def head_measures(weights: dict[str, Tensor]) -> dict[str, Tensor | None]:
@@ -260,6 +260,30 @@ def _controls(sentences: list[str], kinds: list[str], N: int, h: int) -> str:
         for name, pairs in menus
     )
 
+# %% ../nbs/10_figures.ipynb #9a1b2c50
+def view_data(maps: Sequence[AttentionMaps], decimals: int) -> dict:
+    "What the view's script reads: per sentence and kind, its tokens and weights (x 10**decimals)."
+    scale = 10**decimals
+
+    def kind_data(m: AttentionMaps, kind: str) -> dict:
+        rows, cols = m.axes(kind)
+        weights = (m.weights[kind] * scale).round().int().tolist()  # (N, h, rows, cols)
+        return {"rows": rows, "cols": cols, "weights": weights}
+
+    sentences = [{kind: kind_data(m, kind) for kind in m.kinds} for m in maps]
+    return {"decimals": decimals, "sentences": sentences}
+
+
+def view_shape(maps: Sequence[AttentionMaps]) -> tuple[list[str], int, int]:
+    "The kinds, N and h that the maps share: one model's, or a one-line error."
+    if not maps:
+        raise ValueError("no attention maps to show")
+    kinds = maps[0].kinds  # a recurrent model's maps hold one
+    N, h = maps[0].weights[kinds[0]].shape[:2]
+    if any(m.kinds != kinds or m.weights[kinds[0]].shape[:2] != (N, h) for m in maps):
+        raise ValueError("the maps come from models of different sizes: show one model at a time")
+    return list(kinds), N, h
+
 # %% ../nbs/10_figures.ipynb #42c5af68
 @dataclass
 class AttentionView:
@@ -269,31 +293,12 @@ class AttentionView:
     decimals: int = 2  # the weights are rounded to this many places, and shown so
 
     def data(self) -> dict:
-        """What the view's script reads: per sentence and kind, its tokens and weights
-        (x 10**decimals)."""
-        scale = 10**self.decimals
-
-        def kind_data(m: AttentionMaps, kind: str) -> dict:
-            rows, cols = m.axes(kind)
-            return {
-                "rows": rows,
-                "cols": cols,
-                "weights": (m.weights[kind] * scale).round().int().tolist(),
-            }
-
-        sentences = [{kind: kind_data(m, kind) for kind in m.kinds} for m in self.maps]
-        return {"decimals": self.decimals, "sentences": sentences}
+        "What the view's script reads (`view_data`)."
+        return view_data(self.maps, self.decimals)
 
     def to_html(self) -> str:
         "Self-contained HTML: the menus, two columns of tokens, the data and the script."
-        if not self.maps:
-            raise ValueError("no attention maps to show")
-        kinds = self.maps[0].kinds  # a recurrent model's maps hold one
-        N, h = self.maps[0].weights[kinds[0]].shape[:2]
-        if any(m.kinds != kinds or m.weights[kinds[0]].shape[:2] != (N, h) for m in self.maps):
-            raise ValueError(
-                "the maps come from models of different sizes: show one model at a time"
-            )
+        kinds, N, h = view_shape(self.maps)
         data = self.data()
         data["sentences"] = [{"kinds": found} for found in data["sentences"]]
         controls = _controls([" ".join(m.src_tokens[1:-1]) for m in self.maps], kinds, N, h)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ast
 import gzip
-import importlib.util
 import io
 import re
 import subprocess
@@ -38,6 +37,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import yaml
+from synthetic import tool
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = [ROOT / "nbs" / "index.ipynb", *sorted((ROOT / "nbs").glob("[0-9]*.ipynb"))]
@@ -46,10 +46,7 @@ NOTEBOOKS = [ROOT / "nbs" / "index.ipynb", *sorted((ROOT / "nbs").glob("[0-9]*.i
 @pytest.fixture(scope="module")
 def render():
     "tools/render.py as a module."
-    spec = importlib.util.spec_from_file_location("render", ROOT / "tools" / "render.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return tool("render")
 
 
 def first_code_cell(nb_path: Path) -> str:
@@ -262,10 +259,7 @@ def test_the_quarto_configuration_lists_every_chapter() -> None:
 @pytest.fixture(scope="module")
 def prose():
     "tools/prose.py as a module."
-    spec = importlib.util.spec_from_file_location("prose", ROOT / "tools" / "prose.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return tool("prose")
 
 
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -409,9 +403,7 @@ def test_no_code_line_is_wider_than_100_columns(nb_path: Path) -> None:
 
 
 def test_the_readme_is_the_landing_page() -> None:
-    spec = importlib.util.spec_from_file_location("readme", ROOT / "tools" / "readme.py")
-    readme = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(readme)
+    readme = tool("readme")
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert text == readme.readme_text(), "README.md is stale: run python tools/readme.py"
     assert text.index("# annotated-transformer") < text.index("## The reading path")

@@ -20,9 +20,10 @@ What is checked, on the rendered pages:
    on the rendered attention chapter from the model it was rendered with, and on a view made here
    from a small random model. Screenshots of the index, of Part 1 at "3.2.2 Multi-Head Attention",
    of the heatmaps and of the interactive view go to test-artifacts/.
-7. Figures 1 and 2 are drawn: Part 1 shows the SVG diagrams of its `#| echo: false` cells
-   (annotated_transformer/_diagrams.py: figure1, figure2_scaled_dot_product, figure2_multi_head),
-   each visible, at the column's width, under its own title, and none of those cells' code.
+7. The diagrams are drawn: Part 1 shows Figures 1 and 2, and every page its diagrams, from the
+   `#| echo: false` cells that show a committed SVG of nbs/images (drawn by tools/diagrams.py),
+   each visible, at the column's width, under its own title, its smallest text at 11.4 px or
+   more (12 px drawn), and none of those cells' code.
 8. No code cell is wider than its box: at a 1400 px wide window no code or output block of any page
    (folded imports included) scrolls sideways; a failure names the page and the lines too long.
 9. The heatmaps' labels are readable: on the attention chapter, every figure of
@@ -68,7 +69,7 @@ import pytest
 import torch
 from PIL import Image
 
-from annotated_transformer import _diagrams, visualization
+from annotated_transformer import visualization
 from annotated_transformer.model import ModelConfig, attention_weights
 from annotated_transformer.translation import AttentionMaps
 from annotated_transformer.visualization import AttentionView
@@ -442,7 +443,8 @@ def svg_title(svg: str) -> str:
     return re.search(r"<title>(.*?)</title>", svg, re.DOTALL).group(1)
 
 
-FIGURES = ["figure1", "figure2_scaled_dot_product", "figure2_multi_head"]  # Part 1's diagrams
+FIGURES = ["figure1.svg", "figure2-scaled-dot-product.svg", "figure2-multi-head.svg"]  # Part 1's
+SHOWN_FIGURE = re.compile(r'SVG\(filename="images/([\w.-]+\.svg)"\)')  # a committed diagram
 SHOWN_SVG = """cell => [...cell.querySelectorAll(".jp-OutputArea-output :is(svg, img)")]
   .map(el => {  // each SVG an output shows, inline or as an <img>, with its <title> and size
     let svg = el;
@@ -461,36 +463,70 @@ SHOWN_SVG = """cell => [...cell.querySelectorAll(".jp-OutputArea-output :is(svg,
   }).filter(Boolean)"""
 
 
-def test_part_1_shows_figures_1_and_2_without_their_code(tutorial: Path, page) -> None:
-    [part1] = [nb for nb in notebooks() if nb.name.startswith("01")]
-    titles = {name: svg_title(getattr(_diagrams, name)()) for name in FIGURES}
-    cells = echo_false_cells(part1)
-    drawn = [name for cell in cells for name in FIGURES if re.search(rf"\b{name}\(", cell.source)]
-    assert sorted(drawn) == sorted(FIGURES), f"Part 1's `#| echo: false` cells draw {drawn}"
-    resize(page, WIDE)
-    open_page(page, tutorial, "01_model.html")
-    column = page.locator("main").evaluate(
+def diagram_cells(nb: Path) -> dict[str, nbformat.NotebookNode]:
+    "The `#| echo: false` cells that show a committed diagram, by the diagram's file name."
+    return {
+        found.group(1): cell
+        for cell in echo_false_cells(nb)
+        if (found := SHOWN_FIGURE.search(cell.source))
+    }
+
+
+def smallest_text(svg: str) -> float:
+    "The smallest font size, in px, in an SVG of nbs/images."
+    return min(float(size) for size in re.findall(r"font-size: ([\d.]+)px", svg))
+
+
+def check_diagrams(page, nb: Path, column: float) -> None:
+    "Each diagram of the page: shown alone, under its title, column-wide, its text readable."
+    for name, cell in diagram_cells(nb).items():
+        svg = (ROOT / "nbs" / "images" / name).read_text(encoding="utf-8")
+        drawn_width = float(re.search(r'<svg [^>]*width="([\d.]+)"', svg).group(1))
+        element = page.locator(f'[id="cell-id={cell.id}"]')
+        assert element.count() == 1, f"{nb.stem} has no cell {cell.id}"
+        assert element.locator(".jp-InputArea").count() == 0, f"cell {cell.id} shows its code"
+        shown = element.evaluate(SHOWN_SVG)
+        assert [svg["title"] for svg in shown] == [svg_title(svg)], (nb.stem, name, shown)
+        assert element.locator(".jp-OutputArea-output").first.is_visible()
+        # drawn 1:1 for a column of its width in px, so that its 12 px text stays 12 px
+        width = shown[0]["width"]
+        assert width >= 0.95 * min(drawn_width, column), (name, shown, column)
+        assert shown[0]["height"] > 100, (name, shown)
+        assert smallest_text(svg) * width / drawn_width >= 11.4, (name, width)
+
+
+def column_width(page) -> float:
+    return page.locator("main").evaluate(
         "m => m.clientWidth - parseFloat(getComputedStyle(m).paddingLeft)"
         " - parseFloat(getComputedStyle(m).paddingRight)"
     )
+
+
+def test_part_1_shows_figures_1_and_2_without_their_code(tutorial: Path, page) -> None:
+    [part1] = [nb for nb in notebooks() if nb.name.startswith("01")]
+    assert sorted(diagram_cells(part1)) == sorted(FIGURES), "Part 1 shows Figures 1 and 2"
+    resize(page, WIDE)
+    open_page(page, tutorial, "01_model.html")
     code = page.eval_on_selector_all(
         ".jp-CodeCell .jp-InputArea", "areas => areas.map(a => a.textContent).join('\\n')"
     )
-    for cell in cells:
-        element = page.locator(f'[id="cell-id={cell.id}"]')
-        assert element.count() == 1, f"Part 1 has no cell {cell.id}"
-        assert element.locator(".jp-InputArea").count() == 0, f"cell {cell.id} shows its code"
-        last_line = re.sub(r"\s+", " ", cell.source.strip().splitlines()[-1].strip())
-        assert last_line not in re.sub(r"[ \t]+", " ", code), f"Part 1 shows {last_line!r}"
-        [name] = [name for name in FIGURES if re.search(rf"\b{name}\(", cell.source)]
-        shown = element.evaluate(SHOWN_SVG)
-        assert [svg["title"] for svg in shown] == [titles[name]], (name, shown)
-        assert element.locator(".jp-OutputArea-output").first.is_visible()
-        # drawn 1:1 for a column of _diagrams.COLUMN px, so that its 12 px text stays 12 px
-        assert shown[0]["width"] >= 0.95 * min(_diagrams.COLUMN, column), (name, shown, column)
-        assert shown[0]["height"] > 100, (name, shown)
-    page.locator(f'[id="cell-id={cells[0].id}"]').scroll_into_view_if_needed()
+    assert "images/figure" not in code, "Part 1 shows the code of a figure cell"
+    check_diagrams(page, part1, column_width(page))
+    cell = diagram_cells(part1)["figure1.svg"]
+    page.locator(f'[id="cell-id={cell.id}"]').scroll_into_view_if_needed()
     page.screenshot(path=ARTIFACTS / "book-figure-1.png")
+
+
+def test_every_diagram_is_shown_readable(tutorial: Path, page) -> None:
+    resize(page, WIDE)
+    shown = set()
+    for nb in notebooks():
+        if diagram_cells(nb):
+            open_page(page, tutorial, nb.with_suffix(".html").name)
+            check_diagrams(page, nb, column_width(page))
+            shown |= set(diagram_cells(nb))
+    committed = {p.name for p in (ROOT / "nbs" / "images").glob("*.svg")}
+    assert shown == committed, f"diagrams no page shows: {sorted(committed - shown)}"
 
 
 OVERFLOWING = """() => {  // the lines of code and output blocks wider than their box

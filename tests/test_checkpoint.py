@@ -36,7 +36,7 @@ from annotated_transformer.checkpoint import (
     train_state_from_dict,
 )
 from annotated_transformer.config import RuntimeOptions, TrainConfig, run_model
-from annotated_transformer.data import SPECIALS, Vocab
+from annotated_transformer.data import SPECIALS, InMemory, Vocab
 from annotated_transformer.model import ModelConfig
 from annotated_transformer.subwords import SubwordTokenizer
 from annotated_transformer.trainer import train
@@ -51,7 +51,7 @@ def tiny_run(out: Path, seed: int = 0, epochs: int = 2) -> Path:
     "A run of a small model on the synthetic pairs; its last.pt."
     pairs = synthetic_pairs()
     config = TrainConfig(model=SMALL, epochs=epochs, max_tokens=300, warmup=10, seed=seed)
-    train(out, config, pairs={"train": pairs[:150], "val": pairs[150:160]}, **QUIET)
+    train(out, config, corpus=InMemory(pairs[:150], pairs[150:160]), **QUIET)
     return out / "last.pt"
 
 
@@ -265,6 +265,7 @@ def test_older_checkpoints_still_load(version: str, tmp_path: Path) -> None:
         None,
         None,
     )
+    assert config.corpus == "multi30k"  # no corpus, no data origin: Multi30k
     assert config.model == replace(SMALL, norm_first=True) and config.max_tokens == 300
     assert ckpt.weights_only().resume is None
     translator = Translator.from_checkpoint(path)
@@ -275,6 +276,34 @@ def test_older_checkpoints_still_load(version: str, tmp_path: Path) -> None:
     [tokens] = translator.translate(["Ein Mann sieht einen Ball."])
     assert set(tokens) <= set(ckpt.tgt_vocab.itos) - {"<unk>"}
     assert translator.src_tokenizer.tokenize(["Ein Mann."]) == [["Ein", "Mann", "."]]
+
+
+@pytest.mark.parametrize(
+    "origin, corpus",
+    [
+        ({"multi30k": ["de", "en"]}, "multi30k"),
+        ({"train": {"files": ["a.de", "a.en"]}, "val": {"files": ["b.de", "b.en"]}}, "files"),
+        ({"pairs": "0" * 64}, "pairs"),
+        (None, "multi30k"),
+    ],
+    ids=["multi30k", "files", "pairs", "no origin"],
+)
+def test_a_checkpoint_from_before_corpora_had_names_gets_its_data_origins(
+    origin: dict | None, corpus: str, tmp_path: Path
+) -> None:
+    "Written before TrainConfig.corpus: the data origin tells your own data from Multi30k."
+    stored = record().to_dict()
+    stored["config"] = {k: v for k, v in stored["config"].items() if k != "corpus"}
+    stored["data"] = origin
+    torch.save(stored, tmp_path / "last.pt")
+    assert load_checkpoint(tmp_path / "last.pt").config.corpus == corpus
+    # one written since keeps its own, whatever its origin says
+    named = {**stored, "config": {**stored["config"], "corpus": "multi30k"}}
+    torch.save(named, tmp_path / "named.pt")
+    assert load_checkpoint(tmp_path / "named.pt").config.corpus == "multi30k"
+    torch.save({**named, "config": {**named["config"], "corpus": "Bad Name"}}, tmp_path / "bad.pt")
+    with pytest.raises(ValueError, match="corpus must be a corpus name such as multi30k, got "):
+        load_checkpoint(tmp_path / "bad.pt")
 
 
 def test_train_state_from_dict_reads_new_and_version_0_1_names():

@@ -14,23 +14,31 @@ model come before the model is loaded, and checks that need it before anything i
 4. Beam search's numbers: alpha, a beam wider than the vocabulary.
 5. The same through a real process: the exit status, and no traceback.
 6. Conventions: --version, examples, --debug, warnings in one line, only the flags a command uses.
+7. Flags made from the records: at most 400 lines of cli.py, every bad value refused with its
+   record's own message, no rule of a record's in cli.py, and a new option that is one field.
 
 Most tests call `main` in this process; section 5 runs `python -m annotated_transformer.cli`.
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import io
 import sys
+import typing
 from pathlib import Path
 
 import pytest
 import torch
 from clitools import TINY_RUN, cli, one_error_line, own_file_args, refused, refused_while_parsing
 
+import annotated_transformer.cli as command_line
 from annotated_transformer.checkpoint import load_checkpoint
 from annotated_transformer.cli import main, parser
+from annotated_transformer.config import ChoiceError, Choices, RuntimeOptions, TrainConfig, setting
 from annotated_transformer.data import split_files
+from annotated_transformer.translation import Search
 
 SENTENCE = "Ein Mann sieht einen Ball."
 
@@ -41,34 +49,31 @@ REQUIRED = {
     "evaluate": ["--checkpoint", "unused.pt"],
     "translate": ["--checkpoint", "unused.pt", SENTENCE],
 }
-BAD_FLAGS = [
-    ("translate", "--alpha", "nan", "expected a finite number at least 0, got nan"),
-    ("translate", "--alpha", "inf", "expected a finite number at least 0, got inf"),
-    ("evaluate", "--alpha", "-5", "expected a finite number at least 0, got -5"),
-    ("evaluate", "--alpha", "high", "expected a finite number at least 0, got 'high'"),
-    ("translate", "--beam", "0", "expected a whole number at least 1, got 0"),
-    ("evaluate", "--beam", "2.5", "expected a whole number at least 1, got '2.5'"),
-    ("translate", "--average-last", "-1", "expected a whole number at least 1, got -1"),
-    ("train", "--dropout", "nan", "expected a probability at least 0 and below 1, got nan"),
-    ("train", "--dropout", "1.5", "expected a probability at least 0 and below 1, got 1.5"),
-    ("train", "--dropout", "1", "expected a probability at least 0 and below 1, got 1"),
-    ("train", "--dropout", "-0.1", "expected a probability at least 0 and below 1, got -0.1"),
-    ("train", "--epochs", "0", "expected a whole number at least 1, got 0"),
-    ("train", "--max-tokens", "-400", "expected a whole number at least 1, got -400"),
-    ("train", "--accum-iter", "0", "expected a whole number at least 1, got 0"),
-    ("train", "--warmup", "0", "expected a whole number at least 1, got 0"),
-    ("train", "--seed", "-1", "expected a whole number from 0 to 2**32 - 1, got -1"),
-    ("train", "--seed", str(2**32), f"expected a whole number from 0 to 2**32 - 1, got {2**32}"),
-    ("train", "--subset-seed", "-1", "expected a whole number from 0 to 2**32 - 1, got -1"),
-    ("train", "--model", "huge", "invalid choice: 'huge' (choose from "),
-    ("train", "--src-lang", "German", "expected a language code such as de, en or fr, got"),
+BAD_FLAGS = [  # the messages are the records' own (config.check_setting): see section 7
+    ("translate", "--alpha", "nan", "alpha must be a finite number, got alpha=nan"),
+    ("translate", "--alpha", "inf", "alpha must be a finite number, got alpha=inf"),
+    ("evaluate", "--alpha", "-5", "alpha must be at least 0, got alpha=-5.0"),
+    ("evaluate", "--alpha", "high", "alpha must be a finite number, got alpha='high'"),
+    ("translate", "--beam", "0", "beam_size must be at least 1, got beam_size=0"),
+    ("evaluate", "--beam", "2.5", "beam_size must be a whole number, got beam_size='2.5'"),
+    ("translate", "--nbest", "0", "nbest must be at least 1, got nbest=0"),
+    ("train", "--dropout", "nan", "dropout must be a finite number, got dropout=nan"),
+    ("train", "--dropout", "1.5", "dropout must be at least 0 and below 1, got dropout=1.5"),
+    ("train", "--dropout", "1", "dropout must be at least 0 and below 1, got dropout=1.0"),
+    ("train", "--dropout", "-0.1", "dropout must be at least 0 and below 1, got dropout=-0.1"),
+    ("train", "--epochs", "0", "epochs must be at least 1 and at most 100,000, got epochs=0"),
+    ("train", "--max-tokens", "-400", "max_tokens must be at least 1 and at most 10,000,000"),
+    ("train", "--accum-iter", "0", "accum_iter must be at least 1 and at most 100,000, got"),
+    ("train", "--warmup", "0", "warmup must be at least 1 and at most 100,000,000, got warmup=0"),
+    ("train", "--seed", "-1", "seed must be at least 0 and at most 4,294,967,295, got seed=-1"),
+    ("train", "--seed", str(2**32), "seed must be at least 0 and at most 4,294,967,295, got seed="),
+    ("train", "--subset-seed", "-1", "subset_seed must be at least 0 and at most 4,294,967,295"),
+    ("train", "--vocab-size", "100", "vocab_size must be at least 261 and at most 1,000,000"),
+    ("train", "--model", "huge", "size must be one of base, big, multi30k, small, tiny, got"),
+    ("train", "--src-lang", "German", "src_lang must be a language code such as de, en or fr, got"),
     ("translate", "--device", "foo", "'foo' is not a device: use cpu, cuda, cuda:N or mps"),
-    (
-        "train",
-        "--device",
-        "meta",
-        "'meta' is not a device this command runs on: use cpu, cuda, cuda:N or mps",
-    ),
+    ("train", "--device", "meta", "'meta' is not a device this command runs on: use cpu, cuda"),
+    ("translate", "--average-last", "x", "invalid int value: 'x'"),
 ]
 
 
@@ -95,7 +100,7 @@ def test_good_flag_values_are_accepted() -> None:
     decode = parser().parse_args(
         ["evaluate", "--checkpoint", "c.pt", "--alpha", "0", "--beam", "1"]
     )
-    assert (decode.alpha, decode.beam) == (0.0, 1)
+    assert (decode.alpha, decode.beam_size) == (0.0, 1)  # the dest is the field's name
     assert parser().parse_args(["translate", "--checkpoint", "c.pt", "--alpha", "1.5"]).alpha == 1.5
 
 
@@ -105,7 +110,7 @@ def test_model_offers_the_named_sizes(capsys) -> None:
 
     assert list(PRESETS) == ["base", "big", "multi30k", "small", "tiny"]
     for name in PRESETS:
-        assert parser().parse_args(["train", "--out", "r", "--model", name]).model == name
+        assert parser().parse_args(["train", "--out", "r", "--model", name]).size == name
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     assert "--model {base,big,multi30k,small,tiny}" in capsys.readouterr().out
@@ -144,18 +149,19 @@ WRONG_COMBINATIONS = [
         ["--attention", "{tmp}/a.jpg", SENTENCE],
         "--attention needs a .png file name, got {tmp}/a.jpg",
     ),
-    ([SENTENCE, "  "], "sentence 2 of the arguments is empty: there is nothing to translate"),
+    ([SENTENCE, "  "], "sentence 2 of the arguments is empty: nothing to translate"),
+    (["--buffer-size", "0", SENTENCE], "--buffer-size must be at least 1, got 0"),
     (
         ["--beam", "2", "--nbest", "3", SENTENCE],
-        "--nbest 3 needs --beam 3 or more: a beam of 2 ends with at most 2 translations",
+        "nbest=3 needs beam_size=3 or more: a beam of 2 ends with at most 2 translations",
     ),
     (
         ["--nbest", "1", "--attention", "{tmp}/a.png", SENTENCE],
-        "--attention draws the best translation of each sentence: leave out --nbest",
+        "--attention draws each sentence's best translation: leave out --nbest",
     ),
     (
         ["--output", "{tmp}/out.txt", SENTENCE],
-        "--output {tmp}/out.txt exists: choose another name or delete it (it is never overwritten)",
+        "--output {tmp}/out.txt exists: it is never overwritten",
     ),
 ]
 
@@ -163,7 +169,15 @@ WRONG_COMBINATIONS = [
 @pytest.mark.parametrize(
     "args, message",
     WRONG_COMBINATIONS,
-    ids=["layer", "attention-jpg", "empty", "nbest-beam", "nbest-attention", "output-exists"],
+    ids=[
+        "layer",
+        "attention-jpg",
+        "empty",
+        "buffer-size",
+        "nbest-beam",
+        "nbest-attention",
+        "output-exists",
+    ],
 )
 def test_wrong_combinations_and_empty_input_are_refused_before_the_model_loads(
     args: list[str], message: str, tmp_path: Path, capsys
@@ -202,9 +216,9 @@ def test_a_layer_the_model_lacks_is_refused_before_anything_is_translated(
 @pytest.mark.parametrize(
     "drop, extra, message",
     [
-        ("--valid-tgt", [], "your own data needs all four of --train-src, --train-tgt, "),
-        (None, ["--data-dir", "somewhere"], "--data-dir, --src-lang and --tgt-lang choose"),
-        (None, ["--src-lang", "fr"], "--data-dir, --src-lang and --tgt-lang choose Multi30k's"),
+        ("--valid-tgt", [], "--train-src, --train-tgt, --valid-src, --valid-tgt go together"),
+        (None, ["--data-dir", "somewhere"], "--data-dir does not go with --train-src"),
+        (None, ["--src-lang", "fr"], "src_lang and tgt_lang choose the languages of a named"),
     ],
     ids=["three-files", "data-dir", "src-lang"],
 )
@@ -239,9 +253,12 @@ def test_a_file_of_your_own_that_is_missing_is_a_usage_error(
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--src", "{src}"], "--src and --ref go together"),
+        (["--src", "{src}"], "--src, --ref go together: --ref missing"),
         (["--src", "{src}", "--ref", "{tmp}/nope"], "--ref {tmp}/nope: no such file"),
-        (["--src", "{src}", "--ref", "{ref}", "--split", "val"], "--split chooses a Multi30k"),
+        (
+            ["--src", "{src}", "--ref", "{ref}", "--split", "val"],
+            "--split does not go with --src: give one of them",
+        ),
         (["--src", "{src}", "--ref", "{ref}", "--output", "{src}"], "--output {src} exists"),
     ],
     ids=["src-without-ref", "missing-ref", "split", "output-exists"],
@@ -305,7 +322,7 @@ def test_an_attention_folder_that_cannot_be_made_is_a_failure_found_before_the_m
     png = tmp_path / inside / "attention.png"
     argv = ["translate", "--checkpoint", str(tmp_path / "missing.pt"), "--attention", str(png)]
     line = refused([*argv, SENTENCE], 1, capsys)
-    assert line.endswith(f"cannot use {png.parent} as the folder for --attention: {reason}")
+    assert line.endswith(f"cannot use {png.parent} as --attention's folder: {reason}")
 
 
 def test_a_sentence_the_attention_maps_refuse_stops_the_command_before_any_output(
@@ -372,7 +389,7 @@ def test_a_beam_wider_than_the_vocabulary_translates(tiny_checkpoint: Path, caps
             ["--alpha", "nan", SENTENCE],
             b"",
             2,
-            "argument --alpha: expected a finite number at least 0, got nan",
+            "argument --alpha: alpha must be a finite number, got alpha=nan",
         ),
         (
             ["--layer", "5", "--attention", "{tmp}/a.png", SENTENCE],
@@ -457,4 +474,104 @@ def test_warnings_are_one_line_in_the_console(
     assert "warnings.warn" not in err
     assert all(
         line.startswith("annotated-transformer evaluate: warning:") for line in err.splitlines()
+    )
+
+
+# ======================================================================= 7. flags made from records
+RECORDS = {"train": (Choices, TrainConfig, RuntimeOptions), "translate": (Search,)}
+
+
+def test_cli_is_at_most_400_lines() -> None:
+    "The command line parses and calls: what it decides lives in the library."
+    lines = Path(command_line.__file__).read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 400, f"cli.py has {len(lines)} lines"
+
+
+def bad_values(cls: type, f: dataclasses.Field) -> list[str]:
+    "Texts that break the rules of a field declared with `setting`: its type, range or choices."
+    m, hint = f.metadata, typing.get_type_hints(cls)[f.name]
+    bad = [] if str in typing.get_args(hint) or hint is str else ["x"]  # not a number
+    bad += [str(m["low"] - 1)] if m["low"] is not None else []
+    bad += [str(m["high"] + 1)] if m["high"] is not None else []
+    bad += ["-1"] if m["above"] is not None else []
+    bad += ["1.5"] if m["below"] is not None and m["below"] <= 1 else []
+    bad += ["nope"] if m["choices"] or m["check"] else []  # a device or choice that is not one
+    return bad + (["NOT ONE!"] if m["pattern"] else [])
+
+
+def record_error(cls: type, name: str, text: str) -> str:
+    "The one-line error the record itself raises for the text (as a number when it is one)."
+    hint = typing.get_type_hints(cls)[name]
+    kind = next(k for k in typing.get_args(hint) or (hint,) if k is not type(None))
+    try:
+        value = kind(text) if kind in (int, float) else text
+    except ValueError:
+        value = text
+    with pytest.raises(ChoiceError) as error:
+        cls(**{name: value})
+    return str(error.value)
+
+
+CHECKED = [
+    (command, cls, f, text)
+    for command, records in RECORDS.items()
+    for cls in records
+    for f in dataclasses.fields(cls)
+    if f.metadata.get("help") and typing.get_type_hints(cls)[f.name] is not bool
+    for text in bad_values(cls, f)
+]
+
+
+@pytest.mark.parametrize(
+    "command, cls, f, text", CHECKED, ids=[f"{f.name}={t}" for _, _, f, t in CHECKED]
+)
+def test_a_bad_value_is_refused_with_the_records_own_message(
+    command: str, cls: type, f: dataclasses.Field, text: str, capsys
+) -> None:
+    "cli.py has no rule of its own for a setting: the record's check and message, at parse time."
+    flag = f.metadata["flag"] or "--" + f.name.replace("_", "-")
+    line = refused_while_parsing([command, *REQUIRED[command], flag, text], capsys)
+    assert line.endswith(f"argument {flag}: {record_error(cls, f.name, text)}")
+
+
+def test_cli_compares_no_records_setting_with_a_value() -> None:
+    """No `args.FIELD < ...`, `== ...` or `in ...` in cli.py for a record's field: its rules are the
+    record's (cli.py only asks whether a flag was given: `is None`)."""
+    records = (Choices, TrainConfig, RuntimeOptions, Search)
+    fields = {f.name for cls in records for f in dataclasses.fields(cls) if f.metadata.get("help")}
+    tree = ast.parse(Path(command_line.__file__).read_text(encoding="utf-8"))
+    compared = {
+        node.attr
+        for compare in ast.walk(tree)
+        if isinstance(compare, ast.Compare)
+        and not all(isinstance(op, (ast.Is, ast.IsNot)) for op in compare.ops)
+        for node in ast.walk(compare)
+        if isinstance(node, ast.Attribute) and getattr(node.value, "id", None) == "args"
+    }
+    assert compared, "the check finds nothing: cli.py compares --buffer-size with 1"
+    assert not compared & fields, sorted(compared & fields)
+
+
+def test_a_new_option_is_one_field(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """The change plan "a new CLI option": a field declared with `setting` in the record it sets
+    (here a search option, in translation's Search) is a flag with its help, default and range,
+    checked by the record; cli.py is not touched."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Patient(Search):
+        patience: int = setting(3, "stop after N steps without a better hypothesis", low=1, high=9)
+
+    about, run, _ = command_line.COMMANDS["translate"]
+    monkeypatch.setitem(command_line.COMMANDS, "translate", (about, run, (Patient,)))
+    with pytest.raises(SystemExit):
+        main(["translate", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--patience PATIENCE stop after N steps without a better hypothesis (default 3)" in (
+        help_text
+    )
+    args = parser().parse_args(["translate", *REQUIRED["translate"], "--patience", "4"])
+    assert Patient(**command_line.given(args, Patient)).patience == 4
+    line = refused_while_parsing(["translate", *REQUIRED["translate"], "--patience", "10"], capsys)
+    assert line.endswith(
+        "argument --patience: patience must be at least 1 and at most 9, got patience=10"
     )

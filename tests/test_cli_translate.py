@@ -195,7 +195,7 @@ def test_output_writes_a_new_file_and_never_overwrites_one(
     again = translate(tiny_checkpoint, "--output", str(out), stdin=text)
     assert again.returncode == 2 and again.stdout == ""
     assert one_error_line(again.stderr, "translate").endswith(
-        f"--output {out} exists: choose another name or delete it (it is never overwritten)"
+        f"--output {out} exists: it is never overwritten"
     )
     assert out.read_text() == "mine\n"
 
@@ -255,7 +255,7 @@ def test_nbest_one_of_greedy_search_is_its_translation(tiny_checkpoint: Path) ->
 def test_nbest_beyond_the_beam_is_a_usage_error(args: list[str], tiny_checkpoint: Path) -> None:
     done = translate(tiny_checkpoint, *args, SENTENCES[0])
     assert done.returncode == 2 and done.stdout == ""
-    assert "needs --beam" in one_error_line(done.stderr, "translate")
+    assert "needs beam_size=" in one_error_line(done.stderr, "translate")
 
 
 # =========================================================================== 4. evaluate --json

@@ -13,10 +13,12 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
-from dataclasses import asdict, replace
+import typing
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,7 @@ from clitools import refused
 
 from annotated_transformer.checkpoint import RunCheckpoint, load_checkpoint, save_checkpoint
 from annotated_transformer.cli import main
+from annotated_transformer import config, translation
 from annotated_transformer.config import (
     DEFAULT_VOCAB_SIZE,
     PRESETS,
@@ -34,12 +37,16 @@ from annotated_transformer.config import (
     TrainConfig,
     arch_of,
     check_resume,
+    check_setting,
+    check_settings,
     choose_model,
     model_config,
     preset,
     read_config_file,
     resolve_config,
     run_model,
+    setting,
+    setting_like,
 )
 from annotated_transformer.data import SPECIALS, Vocab
 from annotated_transformer.model import MAX_SIZES, ModelConfig
@@ -96,8 +103,8 @@ BAD_FIELDS = [  # (field, value, the message's middle: what the field must be)
     ("factor", "1", "a finite number"),
     ("warmup", 0, "at least 1 and at most 100,000,000"),
     ("warmup", 1.5, "a whole number"),
-    ("smoothing", 1.0, "from 0 to below 1"),
-    ("smoothing", -0.1, "from 0 to below 1"),
+    ("smoothing", 1.0, "at least 0 and below 1"),
+    ("smoothing", -0.1, "at least 0 and below 1"),
     ("smoothing", math.inf, "a finite number"),
     ("max_grad_norm", 0, "above 0"),
     ("max_grad_norm", math.inf, "a finite number"),
@@ -110,6 +117,9 @@ BAD_FIELDS = [  # (field, value, the message's middle: what the field must be)
     ("src_lang", "German", "a language code such as de, en or fr"),
     ("tgt_lang", 5, "a language code such as de, en or fr"),
     ("tgt_lang", "", "a language code such as de, en or fr"),
+    ("corpus", "My Files", "a corpus name such as multi30k"),
+    ("corpus", None, "a corpus name such as multi30k"),
+    ("skip_long", "yes", "true or false"),
 ]
 IDS = [f"{name}={value!r}" for name, value, _ in BAD_FIELDS]
 
@@ -118,7 +128,7 @@ IDS = [f"{name}={value!r}" for name, value, _ in BAD_FIELDS]
 def test_every_bad_value_is_refused_in_one_line_naming_field_and_value(
     name: str, value: object, must: str
 ) -> None:
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(ChoiceError) as error:
         TrainConfig(**{name: value})
     message = str(error.value)
     assert "\n" not in message
@@ -141,7 +151,7 @@ def test_the_messages_of_the_documentation() -> None:
 
 def test_a_subset_seed_needs_a_subset() -> None:
     with pytest.raises(
-        ValueError, match="^subset_seed chooses train_pairs' subset: set train_pairs"
+        ChoiceError, match="^subset_seed chooses train_pairs' subset: set train_pairs"
     ):
         TrainConfig(subset_seed=3)
     assert TrainConfig(train_pairs=10, subset_seed=3).subset_seed == 3
@@ -155,11 +165,11 @@ def test_train_config_validation() -> None:
         with pytest.raises(ValueError, match=f"^{name} must be .*, got {name}=None$"):
             TrainConfig(**{name: None})
     with pytest.raises(
-        TypeError, match="model must be a ModelConfig or RecurrentConfig, got 'tiny'"
+        ChoiceError, match="model must be a ModelConfig or RecurrentConfig, got 'tiny'"
     ):
         TrainConfig(model="tiny")
     tied = replace(run_model("tiny"), share_embeddings=True)
-    with pytest.raises(ValueError, match="share_embeddings needs one vocabulary .*set vocab_size"):
+    with pytest.raises(ChoiceError, match="share_embeddings needs one vocabulary .*set vocab_size"):
         TrainConfig(model=tied)
     assert TrainConfig(model=tied, vocab_size=400).model.share_embeddings
     config = TrainConfig(model=RecurrentConfig(arch="lexical"), epochs=3, seed=7, train_pairs=10)
@@ -176,7 +186,7 @@ CONFIG_FILE_CASES = [  # (JSON, TOML, the error's end): each field once, and the
     ('{"accum_iter": -1}', "accum_iter = -1", "got accum_iter=-1"),
     ('{"factor": NaN}', "factor = nan", "factor must be a finite number, got factor=nan"),
     ('{"warmup": 0}', "warmup = 0", "warmup must be at least 1 and at most 100,000,000, got "),
-    ('{"smoothing": 1.0}', "smoothing = 1.0", "smoothing must be from 0 to below 1, got "),
+    ('{"smoothing": 1.0}', "smoothing = 1.0", "smoothing must be at least 0 and below 1, got "),
     ('{"max_grad_norm": -1}', "max_grad_norm = -1", "max_grad_norm must be above 0, got "),
     ('{"seed": -5}', "seed = -5", "seed must be at least 0 and at most 4,294,967,295, got seed=-5"),
     ('{"vocab_size": 100}', "vocab_size = 100", "got vocab_size=100"),
@@ -258,7 +268,9 @@ def test_config_and_resume_do_not_go_together(tmp_path: Path, capsys) -> None:
     assert line.endswith(
         "--config sets up a new run; a resumed run keeps the configuration in its checkpoint"
     )
-    with pytest.raises(ValueError, match="a resumed run keeps its own configuration"):
+    with pytest.raises(
+        ChoiceError, match="a resumed run keeps the configuration in its checkpoint"
+    ):
         resolve_config(config_file=config, stored=TrainConfig())
 
 
@@ -318,12 +330,21 @@ def test_a_resumed_run_keeps_its_configuration_but_its_epochs() -> None:
 
 
 def test_runtime_options_refuse_what_they_cannot_use() -> None:
-    assert RuntimeOptions() == RuntimeOptions(None, "fp32", False, False, False, True, 5)
-    with pytest.raises(ValueError, match="^precision must be one of fp32, bf16, fp16, got 'fp8'$"):
+    assert RuntimeOptions() == RuntimeOptions(
+        device=None, precision=None, backend=None, compile=False, fused_loss=False,
+        tensorboard=False, progress=True, keep_epochs=5,
+    )  # fmt: skip
+    with pytest.raises(
+        ChoiceError, match="^precision must be one of fp32, bf16, fp16, got precision='fp8'$"
+    ):
         RuntimeOptions(precision="fp8")
-    for keep in (0, True, 2.0):
-        with pytest.raises(ValueError, match="keep_epochs must be a whole number at least 1"):
+    with pytest.raises(ChoiceError, match="^backend must be one of nccl, gloo, got backend='mpi'$"):
+        RuntimeOptions(backend="mpi")
+    for keep, must in ((0, "at least 1"), (True, "a whole number"), (2.0, "a whole number")):
+        with pytest.raises(ChoiceError, match=f"^keep_epochs must be {must}, got keep_epochs="):
             RuntimeOptions(keep_epochs=keep)
+    with pytest.raises(ChoiceError, match="^progress must be true or false, got progress=None$"):
+        RuntimeOptions(progress=None)
 
 
 # ================================================================= 5. bounded sizes in a checkpoint
@@ -383,3 +404,241 @@ def test_the_largest_sizes_are_the_bounds(nothing_built) -> None:
         ModelConfig(**{name: MAX_SIZES[name]})
         with pytest.raises(ValueError, match=f"^{name} must be from 1 to "):
             ModelConfig(**{name: MAX_SIZES[name] + 1})
+
+
+# ===================================================== 6. settings: one home for defaults and rules
+@dataclass(frozen=True)
+class Rules:
+    "One setting for each rule a setting can have."
+
+    whole: int = setting(5, "a whole number", low=1, high=10)
+    rate: float = setting(0.5, "a number", above=0, below=1)
+    maybe: int | None = setting(None, "a whole number or nothing", low=0)
+    name: str = setting("de", "a code", pattern=r"[a-z]{2}", expected="a two-letter code")
+    word: str = setting("fast", "a choice", choices=("fast", "slow"))
+    switch: bool = setting(False, "on or off")
+    unflagged: int = setting(3, None, low=3)  # checked, but no flag
+    odd: int = setting(1, "an odd number", check=lambda n: _odd(n))
+    plain: int = 7  # not a setting: not checked
+
+    def __post_init__(self):
+        check_settings(self)
+
+
+def _odd(n: int) -> None:
+    "A rule of its own: odd numbers only."
+    if n % 2 == 0:
+        raise ChoiceError(f"odd must be odd, got odd={n}")
+
+
+def test_setting_puts_the_default_help_and_rules_in_the_field() -> None:
+    by_name = {f.name: f for f in fields(Rules)}
+    assert by_name["whole"].default == 5
+    assert dict(by_name["whole"].metadata) == dict(
+        help="a whole number", low=1, high=10, above=None, below=None, choices=None,
+        pattern=None, expected=None, flag=None, metavar=None, check=None,
+    )  # fmt: skip
+    assert by_name["unflagged"].metadata["help"] is None
+    assert setting(1, "x", flag="--why", metavar="N").metadata["flag"] == "--why"
+    with pytest.raises(TypeError):
+        by_name["whole"].metadata["low"] = 0  # read-only
+
+
+BROKEN_RULES = [  # (field, value, the message)
+    ("whole", 2.5, "whole must be a whole number, got whole=2.5"),
+    ("whole", True, "whole must be a whole number, got whole=True"),
+    ("whole", None, "whole must be a whole number, got whole=None"),
+    ("whole", 0, "whole must be at least 1 and at most 10, got whole=0"),
+    ("whole", 11, "whole must be at least 1 and at most 10, got whole=11"),
+    ("rate", 0, "rate must be above 0 and below 1, got rate=0"),
+    ("rate", 1.0, "rate must be above 0 and below 1, got rate=1.0"),
+    ("rate", math.nan, "rate must be a finite number, got rate=nan"),
+    ("rate", -math.inf, "rate must be a finite number, got rate=-inf"),
+    ("rate", "0.5", "rate must be a finite number, got rate='0.5'"),
+    ("maybe", -1, "maybe must be at least 0, got maybe=-1"),
+    ("name", "DE", "name must be a two-letter code, got name='DE'"),
+    ("name", 12, "name must be a two-letter code, got name=12"),
+    ("word", "slower", "word must be one of fast, slow, got word='slower'"),
+    ("switch", 0, "switch must be true or false, got switch=0"),
+    ("unflagged", 2, "unflagged must be at least 3, got unflagged=2"),
+    ("odd", 2, "odd must be odd, got odd=2"),
+    ("odd", 2.0, "odd must be a whole number, got odd=2.0"),  # the type first
+]
+
+
+@pytest.mark.parametrize("name, value, message", BROKEN_RULES, ids=[m for *_, m in BROKEN_RULES])
+def test_each_rule_of_a_setting_can_fail(name: str, value: object, message: str) -> None:
+    with pytest.raises(ChoiceError, match=f"^{re.escape(message)}$"):
+        check_setting(Rules, name, value)
+    with pytest.raises(ChoiceError, match=f"^{re.escape(message)}$"):  # and when made
+        Rules(**{name: value})
+
+
+def test_good_values_pass_unchanged_and_plain_fields_are_not_checked() -> None:
+    for name, value in [
+        ("whole", 10),
+        ("rate", 1e-9),
+        ("maybe", None),
+        ("rate", 0.75),
+        ("word", "slow"),
+    ]:
+        assert check_setting(Rules, name, value) is value
+    assert Rules(plain="anything").plain == "anything"
+    assert issubclass(ChoiceError, ValueError)  # callers catching ValueError still do
+
+
+RECORDS = [TrainConfig, RuntimeOptions, Choices]
+KINDS = {int, float, str, bool}
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: r.__name__)
+def test_every_setting_has_a_simple_type_and_a_good_default(record: type) -> None:
+    "What the command line needs to build a flag: a type it can convert, a default that passes."
+    settings = [f for f in fields(record) if "help" in f.metadata]
+    assert settings
+    for f in settings:
+        hint = typing.get_type_hints(record)[f.name]
+        assert set(typing.get_args(hint) or (hint,)) - {type(None)} <= KINDS, f.name
+        assert check_setting(record, f.name, f.default) == f.default
+
+
+def test_the_training_settings_and_their_flags() -> None:
+    "The fields the command line has a flag for; the schedule's constants have none."
+    flagged = [f.name for f in fields(TrainConfig) if f.metadata.get("help")]
+    assert flagged == [
+        "corpus", "epochs", "max_tokens", "accum_iter", "warmup", "seed", "src_lang", "tgt_lang",
+        "train_pairs", "subset_seed", "skip_long",
+    ]  # fmt: skip
+    model_flags = {f.metadata["flag"] or f.name for f in fields(Choices) if "help" in f.metadata}
+    assert model_flags == {"--model", "arch", "enc_layers", "dec_layers", "dropout", "vocab_size"}
+    assert fields(RuntimeOptions)[6].name == "progress"
+    assert fields(RuntimeOptions)[6].metadata["flag"] == "--quiet"  # the flag turns it off
+
+
+def test_the_model_choices_are_checked() -> None:
+    for choices, message in [
+        (
+            dict(size="huge"),
+            "size must be one of base, big, multi30k, small, tiny, got size='huge'",
+        ),
+        (dict(arch="gru"), "arch must be one of transformer, lstm, lexical, got arch='gru'"),
+        (dict(enc_layers=0), "enc_layers must be at least 1, got enc_layers=0"),
+        (dict(dec_layers=1.5), "dec_layers must be a whole number, got dec_layers=1.5"),
+        (dict(dropout=1), "dropout must be at least 0 and below 1, got dropout=1"),
+        (dict(vocab_size=260), "vocab_size must be at least 261 and at most 1,000,000, got "),
+    ]:
+        with pytest.raises(ChoiceError, match=f"^{re.escape(message)}"):
+            Choices(**choices)
+    assert Choices(vocab_size=None, dropout=0.0).dropout == 0.0
+
+
+def test_setting_like_copies_the_rules_not_the_default_or_help() -> None:
+    like = setting_like(TrainConfig, "vocab_size", "the vocabulary")
+    vocab = next(f for f in fields(TrainConfig) if f.name == "vocab_size")
+    assert like.default is None and like.metadata["help"] == "the vocabulary"
+    assert {k: v for k, v in like.metadata.items() if k != "help"} == {
+        k: v for k, v in vocab.metadata.items() if k != "help"
+    }
+
+
+# the defaults a value like 0, 1 or False may well share with a building block of Part I
+TRIVIAL = (None, True, False, 0, 1, 0.0, 1.0, "")
+
+
+def _records() -> list[type]:
+    "The records whose fields are settings: configuration's, and the search's where declared so."
+    search = (
+        [translation.Search]
+        if any("help" in f.metadata for f in fields(translation.Search))
+        else []
+    )
+    return RECORDS + search
+
+
+def _copies(path: Path, defaults: dict[str, object]) -> list[str]:
+    "Where a module writes a setting's default again: parameter defaults, keywords, flag defaults."
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        pairs = []  # (name, literal node)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            positional = a.posonlyargs + a.args
+            pairs += zip(
+                [x.arg for x in positional[len(positional) - len(a.defaults) :]], a.defaults
+            )
+            pairs += [(x.arg, d) for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+        elif isinstance(node, ast.ClassDef):
+            pairs += [
+                (s.target.id, s.value) for s in node.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and s.value
+            ]  # fmt: skip
+        elif isinstance(node, ast.Call):
+            pairs += [(k.arg, k.value) for k in node.keywords if k.arg]
+            flag = node.args[0] if node.args and isinstance(node.args[0], ast.Constant) else None
+            if flag is not None and str(flag.value).startswith("--"):
+                name = str(flag.value)[2:].replace("-", "_")
+                pairs += [(name, k.value) for k in node.keywords if k.arg == "default"]
+        for name, value in pairs:
+            if (
+                name in defaults
+                and isinstance(value, ast.Constant)
+                and type(value.value) is type(defaults[name])
+                and value.value == defaults[name]
+            ):
+                found.append(f"{path.name}:{value.lineno} {name}={value.value!r}")
+    return found
+
+
+def test_each_default_is_written_in_one_place() -> None:
+    "A setting's default literal is written in its field, and nowhere else in the package."
+    defaults = {}
+    for record in _records():
+        for f in fields(record):
+            if "help" in f.metadata and f.default not in TRIVIAL:
+                assert f.name not in defaults, f"{f.name}: a setting of two records"
+                defaults[f.name] = f.default
+    assert {"epochs", "max_tokens", "warmup", "src_lang", "keep_epochs"} <= set(defaults)
+    package = Path(config.__file__).parent
+    modules = [p for p in sorted(package.glob("*.py")) if p.name != "_modidx.py"]
+    assert [copy for p in modules for copy in _copies(p, defaults)] == []
+
+
+def test_the_copy_finder_finds_copies(tmp_path: Path) -> None:
+    "The test above can fail: a parameter, a field, a keyword and a flag's default are found."
+    module = tmp_path / "copies.py"
+    module.write_text(
+        "def f(x, epochs=20, *, warmup=1000): ...\n"
+        "class C:\n    max_tokens: int = 4096\n"
+        "g(src_lang='de', seed=20)\n"
+        "parser.add_argument('--keep-epochs', default=5)\n"
+    )
+    defaults = dict(epochs=20, warmup=1000, max_tokens=4096, src_lang="de", keep_epochs=5)
+    found = _copies(module, defaults)
+    assert [c.split(" ")[1] for c in found] == [
+        "epochs=20", "warmup=1000", "max_tokens=4096", "src_lang='de'", "keep_epochs=5",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("gpu", "'gpu' is not a device: use cpu, cuda, cuda:N or mps"),
+        ("meta", "'meta' is not a device this command runs on: use cpu, cuda, cuda:N or mps"),
+        ("cuda:7", "cuda:7 is not available: this machine has 2 cuda device(s), cuda:0 to cuda:1"),
+    ],
+)
+def test_a_device_this_machine_lacks_is_refused(
+    name: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(ChoiceError, match=f"^{re.escape(message)}$"):
+        RuntimeOptions(device=name)
+    assert RuntimeOptions(device="cuda:1").device == "cuda:1"
+
+
+def test_no_gpu_no_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ChoiceError, match="^cuda is not available: this machine has no cuda"):
+        check_setting(RuntimeOptions, "device", "cuda")
+    assert check_setting(RuntimeOptions, "device", "cpu") == "cpu"

@@ -17,6 +17,9 @@ What is checked:
 6. Tokenizers: spaCy's words behind the `Tokenizer` interface (`SpacyTokenizer`, `join_words`).
 7. `encode_pairs`, and the pipeline from a download to batches (the batches themselves are tested in
    tests/test_batching.py).
+8. Corpora: `Multi30k`, `ParallelFiles` (every file checked up front, empty sides dropped and
+   counted, origins by SHA-256) and `InMemory` satisfy `Corpus`; `open_corpus` finds a registered
+   one by name and names the choices otherwise.
 
 Everything is made here: a few hundred synthetic German/English pairs (tests/synthetic.py), gzipped
 into a pytest tmp_path and served from 127.0.0.1. No internet, no ../shared folder and no real cache
@@ -47,11 +50,17 @@ import pytest
 import torch
 
 import annotated_transformer.data as data
+from annotated_transformer.config import ChoiceError
 from annotated_transformer.data import (
+    CORPORA,
     DATA_DIR_ENV,
     SPECIALS,
     STAMP_FILE,
+    Corpus,
     EncodedPairs,
+    InMemory,
+    Multi30k,
+    ParallelFiles,
     Vocab,
     SpacyTokenizer,
     Tokenizer,
@@ -62,6 +71,7 @@ from annotated_transformer.data import (
     join_words,
     load_tokenizers,
     multi30k_paths,
+    open_corpus,
     read_lines,
     sha256_of_file,
     split_files,
@@ -1042,3 +1052,63 @@ def test_sha256_of_file_hashes_the_bytes_and_remembers_nothing(tmp_path, multi30
     path.write_bytes(b"eins\nzwei\n")
     assert sha256_of_file(path) == hashlib.sha256(b"eins\nzwei\n").hexdigest()
     assert not (multi30k_cache / STAMP_FILE).exists()  # your own files: hashed every time
+
+
+# ============================================================================ 8. corpora
+def test_multi30k_corpus_reads_its_splits_in_its_languages(dataset_dir, isolated):
+    corpus = Multi30k(dataset_dir)
+    assert isinstance(corpus, Corpus) and (corpus.name, corpus.subwords) == ("multi30k", False)
+    assert corpus.test_splits == ("test2016",)  # evaluation's default split
+    assert corpus.pairs("val") == load_multi30k("val", data_dir=dataset_dir) == split_pairs("val")
+    reversed_pairs = Multi30k(dataset_dir, langs=("en", "de")).pairs("val")
+    assert reversed_pairs == [(en, de) for de, en in split_pairs("val")]
+    assert corpus.origin() == {"multi30k": ["de", "en"]}
+    with pytest.raises(ValueError, match="unknown Multi30k split 'test'"):
+        corpus.pairs("test")
+
+
+@pytest.mark.parametrize("missing", range(4))
+def test_parallel_files_are_all_checked_before_anything_is_read(tmp_path, missing):
+    paths = [write_gz(tmp_path / f"{i}.gz", "Eins.\n") for i in range(4)]
+    paths[missing].unlink()
+    role = ["train source", "train target", "val source", "val target"][missing]
+    with pytest.raises(ChoiceError, match=f"^{re.escape(str(paths[missing]))} \\({role}\\)"):
+        ParallelFiles(train=(paths[0], paths[1]), val=(paths[2], paths[3]))
+    if missing == 0:  # a folder given as a file: named too
+        with pytest.raises(ChoiceError, match=r"\(test target\) is a folder, not a file$"):
+            ParallelFiles(train=paths[2:], val=paths[2:], test=(paths[3], tmp_path))
+
+
+def test_parallel_files_drop_and_count_empty_sides_and_are_known_by_their_bytes(tmp_path):
+    src = write_gz(tmp_path / "train.src.gz", "Eins.\n\nDrei.\n")
+    tgt = tmp_path / "train.tgt"
+    tgt.write_text("One.\nTwo.\nThree.\n")
+    corpus, said = ParallelFiles(train=(src, tgt), val=(src, tgt), test=(src, tgt)), []
+    assert isinstance(corpus, Corpus) and (corpus.name, corpus.subwords) == ("files", True)
+    assert corpus.pairs("test", said.append) == [("Eins.", "One."), ("Drei.", "Three.")]
+    assert said == [f"test: skipped 1 pairs with an empty line on one side or both ({src}, {tgt})"]
+    assert corpus.test_splits == ("test",)
+    before = corpus.origin()
+    assert before["val"] == {"files": [str(src), str(tgt)], "sha256": [sha256(src), sha256(tgt)]}
+    assert list(before) == ["train", "val"]  # the data a run trains on
+    tgt.write_text("One.\nTwo.\nThree!\n")
+    assert corpus.origin()["train"]["sha256"][1] != before["train"]["sha256"][1]
+
+
+def test_pairs_in_memory_are_known_by_their_contents():
+    corpus = InMemory(train=[("a b", "x y")], val=[("b", "y")])
+    assert isinstance(corpus, Corpus) and (corpus.name, corpus.test_splits) == ("pairs", ())
+    assert corpus.pairs("train") == [("a b", "x y")]
+    text = json.dumps({"train": [["a b", "x y"]], "val": [["b", "y"]]}, sort_keys=True)
+    assert corpus.origin() == {"pairs": hashlib.sha256(text.encode()).hexdigest()}
+    assert InMemory(train=[("a b", "x z")], val=[("b", "y")]).origin() != corpus.origin()
+    assert InMemory(corpus.train, corpus.val, test=[("c", "z")]).test_splits == ("test",)
+
+
+def test_open_corpus_finds_a_registered_corpus_by_name(dataset_dir, monkeypatch):
+    assert open_corpus("multi30k", dataset_dir, ("en", "de")) == Multi30k(dataset_dir, ("en", "de"))
+    with pytest.raises(ValueError, match="^unknown corpus 'wmt14': choose one of multi30k "):
+        open_corpus("wmt14")
+    made_up = InMemory(train=[("a", "b")], val=[("a", "b")])
+    monkeypatch.setitem(CORPORA, "made-up", lambda data_dir, langs: made_up)
+    assert open_corpus("made-up") is made_up

@@ -41,7 +41,7 @@ from annotated_transformer.decoding import (
 )
 from annotated_transformer.losses import LabelSmoothing, sequence_loss
 from annotated_transformer.model import ModelConfig, subsequent_mask
-from annotated_transformer.training import noam_optimizer, run_epoch
+from annotated_transformer.training import Updates, noam_optimizer, run_epoch
 
 START, END, PAD = 1, 2, 0
 
@@ -86,7 +86,7 @@ def test_cached_and_prefix_decoders_match_model_decode(norm_first: bool) -> None
         for t in range(8):
             torch.testing.assert_close(cached.step(ys[:, t]), full[:, t], atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(prefix.step(ys[:, t]), full[:, t], atol=1e-5, rtol=1e-5)
-    cache = cached.caches[0]  # (B, h, room, d_k): one cached position per step
+    cache = cached.cache.layers[0]  # (B, h, room, d_k): one cached position per step
     assert cache.t == 8 and cache.keys[:, :, : cache.t].shape == (src.size(0), 4, 8, 8)
 
 
@@ -105,7 +105,7 @@ def test_the_cache_follows_table3s_narrow_keys_and_learned_positions() -> None:
         cached = CachedDecoder(model, memory, src_mask)
         for t in range(6):
             torch.testing.assert_close(cached.step(ys[:, t]), full[:, t], atol=1e-5, rtol=1e-5)
-    cache = cached.caches[0]
+    cache = cached.cache.layers[0]
     assert (cache.keys[:, :, : cache.t].shape, cache.values[:, :, : cache.t].shape) == (
         (src.size(0), 4, 6, 3),
         (src.size(0), 4, 6, 8),
@@ -155,7 +155,7 @@ def test_beams_share_their_sentences_source_and_follow_any_reordering(K: int) ->
             keep = {0: range(B - 1, -1, -1), 1: range(1, B), 3: [1]}.get(t, range(alive))
             rows = torch.cat([j * K + torch.randint(0, K, (K,), generator=g) for j in keep])
             beams.select(rows), repeated.select(rows)
-    assert beams.src_k[0].size(0) == 1 and beams.caches[0].keys.size(0) == K
+    assert beams.cache.sources[0][0].size(0) == 1 and beams.cache.layers[0].keys.size(0) == K
 
 
 def test_cached_decoder_refuses_positions_past_the_table() -> None:
@@ -556,7 +556,7 @@ def copy_model():
     opt, sched = noam_optimizer(model, 16, factor=1.0, warmup=50)
     batches = copy_task_batches(V, 32, 150, seq_len=8, rng=torch.Generator().manual_seed(0))
     loss = sequence_loss(LabelSmoothing(V, PAD, 0.0), model.generator)
-    run_epoch(batches, model, loss, opt, sched)
+    run_epoch(batches, model, loss, Updates(opt, sched))
     model.eval()
     return model
 

@@ -30,16 +30,17 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 import annotated_transformer
+from annotated_transformer import cli, trainer
 from annotated_transformer._chapters import largest_difference, run_cli, start_python
 from annotated_transformer.batching import Batch
 from annotated_transformer.checkpoint import load_checkpoint, save_checkpoint
 from annotated_transformer.config import RuntimeOptions, TrainConfig
-from annotated_transformer.data import load_multi30k
-from annotated_transformer.distributed import default_precision, unwrap
+from annotated_transformer.data import InMemory, load_multi30k
+from annotated_transformer.distributed import default_precision, start_runtime, unwrap
 from annotated_transformer.losses import LabelSmoothing, sequence_loss
 from annotated_transformer.model import ModelConfig
 from annotated_transformer.trainer import train
-from annotated_transformer.training import train_epoch
+from annotated_transformer.training import EpochOptions, Updates, train_epoch
 
 TINY = ["--model", "tiny", "--dropout", "0", "--warmup", "20", "--quiet"]
 QUIET = RuntimeOptions(progress=False)
@@ -75,10 +76,9 @@ def _count_gradient_all_reduces(
         batches,
         model,
         sequence_loss(LabelSmoothing(20, 0, 0.1), unwrap(model).generator),
-        torch.optim.SGD(model.parameters(), lr=0.1),
-        accum_iter=accum_iter,
-        progress=False,
-        world=world,  # train_epoch is told that it runs in a group: it does not look
+        Updates(torch.optim.SGD(model.parameters(), lr=0.1), accum_iter=accum_iter),
+        # train_epoch is told that it runs in a group: it does not look
+        options=EpochOptions(progress=False, world=world),
     )
     Path(out, f"rank{rank}").write_text(str(len(calls)))
     torch.distributed.destroy_process_group()
@@ -194,7 +194,7 @@ def test_resuming_from_a_truncated_checkpoint_is_a_clear_error_and_changes_nothi
 
 # ============================================================== 4. precision and compile on the CPU
 def test_bfloat16_trains_close_to_float32(data_dir: Path, tmp_path: Path) -> None:
-    pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
+    pairs = InMemory(*(load_multi30k(split, data_dir) for split in ("train", "val")))
     config = TrainConfig(
         model=ModelConfig(N=1, d_model=32, d_ff=64, h=2, dropout=0.0),
         epochs=2,
@@ -204,7 +204,7 @@ def test_bfloat16_trains_close_to_float32(data_dir: Path, tmp_path: Path) -> Non
         # on the rounding of single steps (a last-bit change moves its loss by 2%)
         factor=0.5,
     )
-    quiet = dict(pairs=pairs, log=lambda _: None)
+    quiet = dict(corpus=pairs, log=lambda _: None)
     fp32 = train(tmp_path / "fp32", config, options=QUIET, **quiet).history
     bf16 = train(tmp_path / "bf16", config, options=replace(QUIET, precision="bf16"), **quiet)
     bf16 = bf16.history
@@ -218,14 +218,14 @@ def test_bfloat16_trains_close_to_float32(data_dir: Path, tmp_path: Path) -> Non
 def test_float16_trains_with_a_gradient_scaler_that_is_saved(
     data_dir: Path, tmp_path: Path
 ) -> None:
-    pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
+    pairs = InMemory(*(load_multi30k(split, data_dir) for split in ("train", "val")))
     config = TrainConfig(
         model=ModelConfig(N=1, d_model=32, d_ff=64, h=2, dropout=0.0),
         epochs=3,
         max_tokens=400,
         warmup=10,
     )
-    quiet = dict(pairs=pairs, options=replace(QUIET, precision="fp16"), log=lambda _: None)
+    quiet = dict(corpus=pairs, options=replace(QUIET, precision="fp16"), log=lambda _: None)
     first = train(tmp_path / "run", replace(config, epochs=2), **quiet)
     losses = [h["train_loss"] for h in first.history]
     assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
@@ -240,7 +240,11 @@ def test_float16_trains_with_a_gradient_scaler_that_is_saved(
     assert resumed.resume.scaler["scale"] == 0.5
     # fp32 has no scaler to save
     plain = train(
-        tmp_path / "fp32", replace(config, epochs=1), pairs=pairs, options=QUIET, log=lambda _: None
+        tmp_path / "fp32",
+        replace(config, epochs=1),
+        corpus=pairs,
+        options=QUIET,
+        log=lambda _: None,
     )
     assert plain.resume.scaler is None
 
@@ -258,19 +262,19 @@ def test_compile_trains_the_same_model(data_dir: Path, tmp_path: Path) -> None:
             [Batch(data, data, pad=0)],
             model,
             sequence_loss(LabelSmoothing(20, 0, 0.1), unwrap(model).generator),
-            torch.optim.SGD(model.parameters(), lr=1.0),
-            progress=False,
+            Updates(torch.optim.SGD(model.parameters(), lr=1.0)),
+            options=EpochOptions(progress=False),
         )
     assert largest_difference(eager.state_dict(), compiled_copy.state_dict()) < 1e-5
     # and train(compile=True) runs end to end, saving the plain model's parameter names
-    pairs = {split: load_multi30k(split, data_dir) for split in ("train", "val")}
+    pairs = InMemory(*(load_multi30k(split, data_dir) for split in ("train", "val")))
     config = TrainConfig(
         model=ModelConfig(N=1, d_model=32, d_ff=64, h=2, dropout=0.0),
         epochs=1,
         max_tokens=400,
         warmup=10,
     )
-    quiet = dict(pairs=pairs, log=lambda _: None)
+    quiet = dict(corpus=pairs, log=lambda _: None)
     plain = train(tmp_path / "eager", config, options=QUIET, **quiet)
     compiled = train(tmp_path / "compiled", config, options=replace(QUIET, compile=True), **quiet)
     assert compiled.model.keys() == plain.model.keys()
@@ -287,3 +291,47 @@ def test_default_precision_is_bfloat16_only_on_gpus_that_support_it(
     assert (default_precision(gpu), default_precision(cpu)) == ("bf16", "fp32")
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
     assert default_precision(gpu) == "fp32"
+
+
+def test_precision_and_backend_left_to_the_machine_are_resolved_when_a_run_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    "None, the one default of Python and the command line: fp32 on a CPU, bf16 on a bf16 GPU."
+    assert (RuntimeOptions().precision, RuntimeOptions().backend) == (None, None)
+    setup, options = start_runtime(RuntimeOptions(device="cpu"))
+    assert (setup.world_size, options.device, options.precision, options.backend) == (
+        1,
+        "cpu",
+        "fp32",
+        None,
+    )
+    assert start_runtime(RuntimeOptions(device="cpu", precision="fp16"))[1].precision == "fp16"
+    # a GPU that supports bfloat16 (alone, no process group: nothing touches the GPU)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    assert start_runtime(RuntimeOptions(device="cuda"))[1].precision == "bf16"
+    assert start_runtime(RuntimeOptions(device="cuda", precision="fp32"))[1].precision == "fp32"
+    options = RuntimeOptions(device="cpu", compile=True, keep_epochs=2)
+    resolved = start_runtime(options)[1]
+    assert (resolved.compile, resolved.keep_epochs) == (True, 2)  # the rest as given
+
+
+def test_the_command_line_leaves_the_precision_to_the_run_as_python_does(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    "The one default: the command line passes precision=None, as RuntimeOptions() does."
+    given = []
+
+    def recorded(out_dir, config=None, **kwargs):
+        given.append(kwargs["options"])
+
+    monkeypatch.setattr(trainer, "train", recorded)
+    monkeypatch.setattr(cli, "train", recorded, raising=False)
+    assert cli.main(["train", "--out", str(tmp_path / "run"), "--data-dir", str(data_dir)]) == 0
+    assert given[0].precision == RuntimeOptions().precision is None
+    cli.main(["train", "--out", str(tmp_path / "run"), "--data-dir", str(data_dir), *BF16])
+    assert given[1].precision == "bf16"
+
+
+BF16 = ["--precision", "bf16"]

@@ -16,6 +16,10 @@ log-probabilities with ours on random models of every kind, and translate with a
 5. Refusals, in one line, before anything is written: a recurrent checkpoint, an existing --out,
    a folder that is not an export, a missing checkpoint, --attention, --engine pytorch and
    --average-last with an exported folder, and CTranslate2 not installed.
+6. The library behind the command: `ExportedTranslator` is a `Translating` (blank sentences get
+   nothing, in their place, as ours do); `load_translator` loads a checkpoint, an average of its
+   epochs or an exported folder with the engine asked for, and refuses the rest with a
+   `ChoiceError` (a usage error) before anything is loaded; `evaluate` reports the engine.
 """
 
 from __future__ import annotations
@@ -39,11 +43,20 @@ from synthetic import synthetic_pairs
 from annotated_transformer import engines
 from annotated_transformer.checkpoint import RunCheckpoint, load_checkpoint, save_checkpoint
 from annotated_transformer.cli import main
-from annotated_transformer.config import TrainConfig
-from annotated_transformer.engines import ExportedTranslator, export_model, is_exported
+from annotated_transformer.config import ChoiceError, TrainConfig
+from annotated_transformer.engines import (
+    ENGINES,
+    ExportedTranslator,
+    NotExportable,
+    check_loading,
+    engine_of,
+    export_model,
+    is_exported,
+    load_translator,
+)
 from annotated_transformer.model import count_parameters, subsequent_mask
 from annotated_transformer.recurrent import RecurrentConfig
-from annotated_transformer.translation import Search, Translator
+from annotated_transformer.translation import Search, Translating, Translator, evaluate
 
 WORDS = [de for de, _ in synthetic_pairs()]
 OWN_FILES = ("train_src", "train_tgt")  # own_corpus's files the tied subword runs learned
@@ -168,8 +181,8 @@ def test_greedy_search_is_ours(kind: str, translators) -> None:
 def test_beam_search_s_best_is_ours(kind: str, translators) -> None:
     ours, exported, pairs = translators(kind)
     sentences = [src for src, _ in pairs]
-    search = Search(beam_size=4, allow_unk=True)
-    a, b = ours.nbest(sentences, search, n=4), exported.nbest(sentences, search, n=4)
+    search = Search(beam_size=4, allow_unk=True, nbest=4)
+    a, b = ours.nbest(sentences, search), exported.nbest(sentences, search)
     assert [x[0][0] for x in a] == [y[0][0] for y in b]
     assert max(abs(x[0][1] - y[0][1]) for x, y in zip(a, b)) < 1e-4
     # the rest of the 4 best may differ only where hypotheses reach the length limit (the chapter)
@@ -255,14 +268,14 @@ def test_overwrite_replaces_an_export_and_nothing_else(
 ) -> None:
     ckpt = load_checkpoint(tiny_checkpoint)
     folder = export_model(ckpt, tmp_path / "model")
-    with pytest.raises(FileExistsError, match="exists: choose another folder"):
+    with pytest.raises(ChoiceError, match="exists: choose another folder"):
         export_model(ckpt, folder, "int8")
     export_model(ckpt, folder, "int8", overwrite=True)
     assert json.loads((folder / "annotated_transformer.json").read_text())["quantization"] == "int8"
     data = tmp_path / "data"
     data.mkdir()
     (data / "notes.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match="not a model folder written by export"):
+    with pytest.raises(ChoiceError, match="not a model folder written by export"):
         export_model(ckpt, data, overwrite=True)
     assert (data / "notes.txt").read_text() == "mine"
 
@@ -413,3 +426,117 @@ def test_without_ctranslate2_the_error_says_what_to_install(
     assert list(tmp_path.iterdir()) == []
     argv = ["translate", "--checkpoint", str(exported), "Ein Mann."]
     assert install in refused(argv, 1, capsys)
+
+
+# ================================================================ 6. the library behind the command
+def test_the_exported_translator_is_translating_with_nothing_of_ours(
+    exported: Path, tiny_checkpoint: Path
+) -> None:
+    theirs, ours = (
+        ExportedTranslator.from_dir(exported),
+        Translator.from_checkpoint(tiny_checkpoint),
+    )
+    assert isinstance(theirs, Translating) and Translating in ExportedTranslator.__mro__
+    assert Translator not in ExportedTranslator.__mro__  # nothing borrowed from the PyTorch one
+    for name in ("translate", "detokenize", "bleu"):  # the Protocol's own, written once
+        assert getattr(ExportedTranslator, name) is getattr(Translating, name)
+    assert (theirs.engine, ours.engine) == ("ctranslate2", "pytorch")
+    assert theirs.parameters == ours.parameters == count_parameters(ours.model)
+    assert theirs.config == ours.config
+    lines = [WORDS[0], "", "  ", WORDS[1]]
+    search = Search(beam_size=3, nbest=2, allow_unk=True)
+    found = theirs.nbest(lines, search)
+    assert [len(best) for best in found] == [2, 0, 0, 2]  # blank: nothing, in its place
+    assert [[t for t, _ in best] for best in found] == [
+        [t for t, _ in best] for best in ours.nbest(lines, search)
+    ]
+    assert theirs.translate(lines) == ours.translate(lines)
+
+
+def test_load_translator_loads_each_kind_with_the_engine_asked_for(
+    exported: Path, tiny_checkpoint: Path
+) -> None:
+    assert ENGINES == ("pytorch", "ctranslate2")
+    assert [engine_of(tiny_checkpoint), engine_of(exported)] == ["pytorch", "ctranslate2"]
+    assert engine_of(tiny_checkpoint, "ctranslate2") == "ctranslate2"
+    loaded = {
+        "checkpoint": load_translator(tiny_checkpoint),
+        "str path": load_translator(str(tiny_checkpoint), device="cpu"),
+        "checkpoint, ctranslate2": load_translator(tiny_checkpoint, engine="ctranslate2"),
+        "folder": load_translator(exported),
+        "folder, ctranslate2": load_translator(exported, engine="ctranslate2"),
+        "average of 1": load_translator(tiny_checkpoint, average_last=1),
+    }
+    kinds = {name: type(t) for name, t in loaded.items()}
+    assert kinds == {
+        "checkpoint": Translator,
+        "str path": Translator,
+        "checkpoint, ctranslate2": ExportedTranslator,
+        "folder": ExportedTranslator,
+        "folder, ctranslate2": ExportedTranslator,
+        "average of 1": Translator,
+    }
+    expected = loaded["checkpoint"].translate(WORDS)
+    for name in ("str path", "checkpoint, ctranslate2", "folder", "average of 1"):
+        assert loaded[name].translate(WORDS) == expected, name
+    last = load_checkpoint(tiny_checkpoint).model  # one epoch averaged: that epoch
+    for name, value in loaded["average of 1"].model.state_dict().items():
+        torch.testing.assert_close(value, last[name])
+
+
+@pytest.mark.parametrize(
+    "where, asked, message",
+    [
+        ("folder", {"engine": "pytorch"}, "is a model exported to CTranslate2: leave out --engine"),
+        ("folder", {"average_last": 2}, "--average-last averages a run's checkpoints; "),
+        ("plain folder", {}, "is a folder, not a checkpoint (nor a model folder export wrote)"),
+        ("checkpoint", {"engine": "onnx"}, "engine 'onnx': choose one of pytorch, ctranslate2"),
+    ],
+    ids=["folder-pytorch", "folder-average", "plain-folder", "unknown-engine"],
+)
+def test_what_cannot_be_loaded_is_a_choice_error_before_anything_loads(
+    where: str,
+    asked: dict,
+    message: str,
+    exported: Path,
+    tiny_checkpoint: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = {"folder": exported, "plain folder": tmp_path, "checkpoint": tiny_checkpoint}[where]
+    monkeypatch.setattr(engines, "load_checkpoint", None)  # loading anything would fail
+    monkeypatch.setattr(ExportedTranslator, "from_dir", None)
+    for call in (check_loading, load_translator):
+        with pytest.raises(ChoiceError, match=re.escape(message)):
+            call(path, **asked)
+
+
+def test_failures_to_load_are_not_usage_errors(
+    recurrent: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(FileNotFoundError, match="no checkpoint at") as missing:
+        load_translator(tmp_path / "missing.pt")
+    assert not isinstance(missing.value, ChoiceError)
+    with pytest.raises(ValueError, match="there are not 5 epochs to average") as too_many:
+        load_translator(recurrent, average_last=5)
+    assert not isinstance(too_many.value, ChoiceError)
+    # a recurrent model for CTranslate2: the engine cannot represent it, a usage error
+    with pytest.raises(NotExportable, match="a lstm model cannot be exported") as lstm:
+        load_translator(recurrent, engine="ctranslate2")
+    assert isinstance(lstm.value, ChoiceError)
+    assert isinstance(load_translator(recurrent), Translator)  # PyTorch translates it
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # import ctranslate2 now fails
+    with pytest.raises(ValueError, match="pip install 'annotated-transformer.export.'") as absent:
+        check_loading(recurrent, engine="ctranslate2")
+    assert not isinstance(absent.value, ChoiceError)
+
+
+def test_evaluate_reports_the_engine_that_translated(exported: Path, tiny_checkpoint: Path) -> None:
+    references = [f"reference {i}" for i in range(len(WORDS))]
+    ours = evaluate(load_translator(tiny_checkpoint), WORDS, references)
+    theirs = evaluate(load_translator(exported), WORDS, references)
+    assert (ours.settings["engine"], theirs.settings["engine"]) == ("pytorch", "ctranslate2")
+    assert theirs.hypotheses == ours.hypotheses and theirs.scores == ours.scores
+    assert theirs.settings["parameters"] == ours.settings["parameters"]
+    assert theirs.settings["arch"] == ours.settings["arch"] == "transformer"
+    assert str(theirs).startswith(f"test ({len(WORDS)} sentences, greedy, CTranslate2): ")

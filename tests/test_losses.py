@@ -29,31 +29,16 @@ from annotated_transformer.losses import (
     smoothed_targets,
 )
 from annotated_transformer.model import Generator, ModelConfig
-from annotated_transformer.training import train_epoch
+from annotated_transformer.training import EpochOptions, Updates, train_epoch
+from synthetic import TINY_VOCAB as V
+from synthetic import assert_params_equal, params, tiny_model
 
-V = 11  # vocabulary of the tiny models: 0 padding, 1 start, 2..10 content
 PAD = 0
-TINY = ModelConfig(N=1, d_model=16, d_ff=32, h=2, dropout=0.0)
 
 
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
-
-
-def tiny_model(seed: int = 0):
-    torch.manual_seed(seed)
-    return TINY.build(V, V)
-
-
-def params(model: nn.Module) -> list[torch.Tensor]:
-    return [p.detach().clone() for p in model.parameters()]
-
-
-def assert_params_equal(a: list[torch.Tensor], b: list[torch.Tensor], atol: float = 0.0) -> None:
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        torch.testing.assert_close(x, y, atol=atol, rtol=0.0)
 
 
 def crit() -> LabelSmoothing:
@@ -424,11 +409,14 @@ def test_train_epoch_with_fused_loss_trains_like_the_readable_path():
         (fused, sequence_loss(FusedLabelSmoothing(fused.generator, PAD, 0.1, chunk=V * 3))),
     ):
         # not Adam: it would blow up rounding noise in zero gradients
-        opt = torch.optim.SGD(model.parameters(), lr=0.5)
-        results.append(
-            [train_epoch(batches, model, loss_fn, opt, progress=False)[0] for _ in range(3)]
+        updates, quiet = (
+            Updates(torch.optim.SGD(model.parameters(), lr=0.5)),
+            EpochOptions(progress=False),
         )
-        results.append(train_epoch(batches, model, loss_fn, None, progress=False)[0])
+        results.append(
+            [train_epoch(batches, model, loss_fn, updates, options=quiet)[0] for _ in range(3)]
+        )
+        results.append(train_epoch(batches, model, loss_fn, options=quiet)[0])
     assert results[0] == pytest.approx(results[2], rel=1e-5)
     assert results[1] == pytest.approx(results[3], rel=1e-5)
     assert results[0][2] < results[0][0]  # it did train

@@ -11,7 +11,10 @@ What is checked:
    `ModelConfig` when made); 8. Table 3's variations: narrower keys (d_k) and learned positions
    change exactly the parameters they name; 9. what the chapter states without a cell of its own:
    eq. (4)'s "linear function of PE_pos" (a rotation, exact at every position) and PyTorch's
-   `nn.LayerNorm` computing the paper's layer normalization. The values of eq. (4), the embedding
+   `nn.LayerNorm` computing the paper's layer normalization; 10. the model's own incremental step
+   (Part II, nbs/19_engines.ipynb): step by step equals the full decode, a wrong cache gives a wrong
+   step, rotary positions need one overridden method (`heads`), the export's accessors, and
+   `patch_to` leaving `__all__` alone. The values of eq. (4), the embedding
    scale and `subsequent_mask` are checked where Part 1 shows them (nbs/01_model.ipynb); the named
    sizes in tests/test_config.py; `attention_weights` in tests/test_visualization.py and
    nbs/10_figures.ipynb; the checks of every hyperparameter in nbs/13_configuration.ipynb.
@@ -21,6 +24,7 @@ Everything runs on a CPU in a few seconds and needs no data or network.
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import replace
 
@@ -29,15 +33,18 @@ import torch
 from torch import nn
 
 from annotated_transformer.config import preset
+from annotated_transformer import model as model_module
 from annotated_transformer.model import (
     MAX_SIZES,
     Decoder,
+    DecoderCache,
     DecoderLayer,
     Embeddings,
     Encoder,
     EncoderDecoder,
     EncoderLayer,
     Generator,
+    KVCache,
     ModelConfig,
     MultiHeadedAttention,
     PositionalEncoding,
@@ -46,6 +53,7 @@ from annotated_transformer.model import (
     check_sizes,
     count_parameters,
     make_model,
+    patch_to,
     subsequent_mask,
 )
 
@@ -742,3 +750,193 @@ def test_layer_norm_is_the_papers_with_biased_variance() -> None:
     x = torch.randn(2, 5, 16)
     mu, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
     torch.testing.assert_close(nn.LayerNorm(16)(x), (x - mu) / torch.sqrt(var + 1e-5), **TOL)
+
+
+# ---------------------------------------------------------- 10. the model's own incremental step
+STEP_VARIANTS = {
+    "post-norm": {},
+    "pre-norm": dict(norm_first=True),
+    "narrow keys": dict(d_k=3),
+    "learned positions": dict(positions="learned"),
+    "shared embeddings": dict(share_embeddings=True),
+}
+
+
+def step_setup(seed: int = 0, **variant) -> tuple[EncoderDecoder, torch.Tensor, torch.Tensor]:
+    "A small random model in eval mode, its memory of a padded batch, its mask and target ids."
+    torch.manual_seed(seed)
+    config = ModelConfig(N=2, d_model=D_MODEL, d_ff=D_FF, h=N_HEADS, **variant)
+    model = config.build(13, 13).eval()
+    src = torch.randint(3, 13, (4, 9))
+    src[1, 6:], src[3, 2:] = 0, 0  # two padded sentences
+    return model, src, (src != 0).unsqueeze(-2)
+
+
+def step_all(model: EncoderDecoder, memory, src_mask, ys, beams: int = 1) -> torch.Tensor:
+    "The decoder output (B, T, D) of every position, fed one position at a time."
+    cache = DecoderCache(model, memory, src_mask, beams)
+    with torch.no_grad():
+        return torch.stack([model.step(ys[:, t], cache) for t in range(ys.size(1))], dim=1)
+
+
+@pytest.mark.parametrize("variant", list(STEP_VARIANTS), ids=list(STEP_VARIANTS))
+def test_step_by_step_equals_the_full_decode(variant: str) -> None:
+    model, src, src_mask = step_setup(**STEP_VARIANTS[variant])
+    ys = torch.randint(1, 13, (4, 7))
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        full = model.decode(memory, src_mask, ys, subsequent_mask(7))  # (B, T, D)
+    torch.testing.assert_close(step_all(model, memory, src_mask, ys), full, **TOL)
+
+
+def test_the_cache_holds_the_keys_and_values_of_every_position() -> None:
+    "After T steps, layer 0's cache holds its self-attention's keys and values of positions 0..T-1."
+    model, src, src_mask = step_setup()
+    ys = torch.randint(1, 13, (4, 6))
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        cache = DecoderCache(model, memory, src_mask)
+        for t in range(6):
+            model.step(ys[:, t], cache)
+        x = model.tgt_embed(ys)  # post-norm: layer 0's self-attention reads its input as it is
+        _, keys, values = model.decoder.layers[0].self_attn.heads(x, x, x)
+    assert cache.t == 6
+    torch.testing.assert_close(cache.layers[0].keys[:, :, :6], keys, **TOL)
+    torch.testing.assert_close(cache.layers[0].values[:, :, :6], values, **TOL)
+
+
+def test_a_wrong_cache_gives_a_wrong_step() -> None:
+    """The newest position reads the earlier ones from the cache: with one earlier position's cached
+    keys and values swapped between rows, its output no longer matches the full decode."""
+    model, src, src_mask = step_setup()
+    ys = torch.randint(1, 13, (4, 6))
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        full = model.decode(memory, src_mask, ys, subsequent_mask(6))
+        cache = DecoderCache(model, memory, src_mask)
+        for t in range(5):
+            model.step(ys[:, t], cache)
+        wrong = copy.deepcopy(cache)
+        for kv in wrong.layers:
+            kv.keys[:, :, 2], kv.values[:, :, 2] = (
+                kv.keys[:, :, 2].flip(0),
+                kv.values[:, :, 2].flip(0),
+            )
+        right_out, wrong_out = model.step(ys[:, 5], cache), model.step(ys[:, 5], wrong)
+    torch.testing.assert_close(right_out, full[:, 5], **TOL)
+    assert (wrong_out - full[:, 5]).abs().amax(-1).min() > 1e-3  # every row is off
+
+
+def test_beams_step_as_copies_of_their_sentence_and_follow_select() -> None:
+    "K rows a sentence share one source; after a select the rows are those of the reordered batch."
+    model, src, src_mask = step_setup()
+    K, ys = 2, torch.randint(1, 13, (8, 5))  # 4 sentences x 2 beams
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        each = lambda t: t.repeat_interleave(K, 0)
+        full = model.decode(each(memory), each(src_mask), ys, subsequent_mask(5))
+        cache = DecoderCache(model, memory, src_mask, beams=K)
+        for t in range(4):
+            torch.testing.assert_close(model.step(ys[:, t], cache), full[:, t], **TOL)
+        rows = torch.tensor(
+            [7, 6, 3, 3]
+        )  # sentence 3's beams swapped, then sentence 1's beam 1 twice
+        cache.select(rows)
+        torch.testing.assert_close(model.step(ys[rows, 4], cache), full[rows, 4], **TOL)
+    assert cache.sources[0][0].size(0) == 2 and cache.layers[0].keys.size(0) == 4
+
+
+def test_a_step_past_the_positional_table_is_refused() -> None:
+    model = ModelConfig(N=1, d_model=16, d_ff=32, h=2, max_len=3).build(13, 13).eval()
+    src = torch.randint(3, 13, (2, 3))
+    cache = DecoderCache(model, model.encode(src, None), torch.ones(2, 1, 3, dtype=torch.bool))
+    with torch.no_grad():
+        for _ in range(3):
+            model.step(torch.ones(2, dtype=torch.long), cache)
+        with pytest.raises(ValueError, match="^position 3 is beyond the positional-encoding table"):
+            model.step(torch.ones(2, dtype=torch.long), cache)
+
+
+def rotate(x: torch.Tensor, start: int) -> torch.Tensor:
+    "Rotary positions (Su et al., 2021): feature pair i of position p turned by p / 10000^(2i/d)."
+    d, positions = x.size(-1), torch.arange(start, start + x.size(-2), dtype=x.dtype)
+    angle = positions[:, None] * 10000 ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)  # (L, d/2)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    cos, sin = angle.cos(), angle.sin()
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+
+
+class RotaryAttention(MultiHeadedAttention):
+    "Self-attention with rotary positions: one method overridden, the model's own step included."
+
+    def heads(self, query, key, value, start: int = 0):
+        q, k, v = super().heads(query, key, value, start)
+        return rotate(q, start), rotate(k, start), v
+
+
+class StartIgnored(RotaryAttention):
+    "A rotary attention that forgets where the step is: every step is position 0."
+
+    def heads(self, query, key, value, start: int = 0):
+        return super().heads(query, key, value, 0)
+
+
+def with_self_attention(model: EncoderDecoder, kind: type) -> EncoderDecoder:
+    "A copy of `model` whose decoder self-attention layers are `kind`, with the same weights."
+    model = copy.deepcopy(model)
+    for layer in model.decoder.layers:
+        attn = kind(N_HEADS, D_MODEL, dropout=0.0)
+        attn.load_state_dict(layer.self_attn.state_dict())
+        layer.self_attn = attn
+    return model.eval()
+
+
+def test_rotary_positions_are_one_overridden_method_and_decode_step_by_step() -> None:
+    """Overriding `heads` changes what the decoder computes (positions now act inside attention),
+    and the cached step computes the same, because it passes the step's position as `start`; a
+    rotary attention that ignored `start` would decode step by step wrongly."""
+    model, src, src_mask = step_setup()
+    rotary = with_self_attention(model, RotaryAttention)
+    ys = torch.randint(1, 13, (4, 7))
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        full = rotary.decode(memory, src_mask, ys, subsequent_mask(7))
+        plain = model.decode(memory, src_mask, ys, subsequent_mask(7))
+    assert (full - plain).abs().max() > 1e-2  # the override is in effect
+    torch.testing.assert_close(step_all(rotary, memory, src_mask, ys), full, **TOL)
+    ignored = step_all(with_self_attention(model, StartIgnored), memory, src_mask, ys)
+    assert (ignored[:, 1:] - full[:, 1:]).abs().max() > 1e-3
+
+
+def test_the_export_accessors_name_the_layers_parts() -> None:
+    model = ModelConfig(N=2, d_model=D_MODEL, d_ff=D_FF, h=N_HEADS, d_k=3).build(11, 11)
+    attn, layer = model.encoder.layers[0].self_attn, model.decoder.layers[1]
+    assert {n: lin.out_features for n, lin in attn.projections.items()} == dict(
+        q=N_HEADS * 3, k=N_HEADS * 3, v=D_MODEL, o=D_MODEL
+    )
+    assert all(isinstance(norm, nn.LayerNorm) for norm in layer.norms) and len(layer.norms) == 3
+    assert layer.norms[1] is not layer.norms[2]
+    assert model.norm_first is False
+    table = model.tgt_embed[1].encodings
+    assert table.shape == (model.max_len, D_MODEL)
+    torch.testing.assert_close(model.tgt_embed[1].eval()(torch.zeros(1, 4, D_MODEL))[0], table[:4])
+
+
+def test_patch_to_attaches_methods_and_properties_outside_all() -> None:
+    class Thing:
+        pass
+
+    @patch_to(Thing)
+    def twice(self, x: int) -> int:
+        return 2 * x
+
+    @patch_to(Thing, as_prop=True)
+    def four(self) -> int:
+        return self.twice(2)
+
+    assert Thing().twice(3) == 6 and Thing().four == 4 and Thing.twice.__qualname__ == "Thing.twice"
+    patched = {"step", "memory_heads", "step_source", "projections", "norms", "encodings"}
+    assert not patched & set(model_module.__all__)
+    assert {"KVCache", "DecoderCache", "patch_to"} <= set(model_module.__all__)
+    assert callable(MultiHeadedAttention.step) and callable(DecoderLayer.step)
+    assert isinstance(KVCache(1, 1, 1, 1, torch.empty(0)), KVCache)

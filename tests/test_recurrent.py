@@ -31,7 +31,7 @@ from annotated_transformer.cli import main
 from annotated_transformer.decoding import beam_search, greedy_search
 from annotated_transformer.losses import LabelSmoothing, sequence_loss
 from annotated_transformer.recurrent import ARCHS, RecurrentConfig, RecurrentEncoderDecoder
-from annotated_transformer.training import train_epoch
+from annotated_transformer.training import EpochOptions, Updates, train_epoch
 
 DEPTHS = [(1, 1), (2, 3)]  # the baseline and the deeper variant
 
@@ -133,11 +133,12 @@ def test_train_epoch_trains_every_architecture(arch: str) -> None:
     data[:, 0] = 1
     batches = [Batch(data, data, pad=0)]  # the copy task
     criterion = sequence_loss(LabelSmoothing(12, padding_idx=0, smoothing=0.1), model.generator)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    before, _ = train_epoch(batches, model, criterion, progress=False)
+    updates = Updates(torch.optim.Adam(model.parameters(), lr=0.01))
+    quiet = EpochOptions(progress=False)
+    before, _ = train_epoch(batches, model, criterion, options=quiet)
     for _ in range(100):
-        train_epoch(batches, model, criterion, optimizer, progress=False)
-    after, _ = train_epoch(batches, model, criterion, progress=False)
+        train_epoch(batches, model, criterion, updates, options=quiet)
+    after, _ = train_epoch(batches, model, criterion, options=quiet)
     assert after < 0.5 * before, (before, after)
 
 
@@ -145,28 +146,33 @@ def test_train_epoch_trains_every_architecture(arch: str) -> None:
 TRAIN = ["--max-tokens", "400", "--warmup", "20", "--quiet", "--epochs", "1"]
 
 
+def train(out: Path, data_dir: Path, *flags: str) -> int:
+    "`annotated-transformer train --out OUT --data-dir DATA_DIR FLAGS`: its exit status."
+    return main(["train", "--out", str(out), "--data-dir", str(data_dir), *flags])
+
+
+def translate(checkpoint: Path, *flags: str) -> int:
+    "`annotated-transformer translate --checkpoint CHECKPOINT FLAGS`: its exit status."
+    return main(["translate", "--checkpoint", str(checkpoint), *flags])
+
+
 def test_train_a_deeper_lexical_model_and_use_its_checkpoint(
     data_dir: Path, tmp_path: Path, capsys
 ) -> None:
     out = tmp_path / "lexical"
     assert (
-        main(
-            [
-                "train",
-                "--out",
-                str(out),
-                "--data-dir",
-                str(data_dir),
-                "--arch",
-                "lexical",
-                "--enc-layers",
-                "2",
-                "--dec-layers",
-                "3",
-                "--train-pairs",
-                "100",
-                *TRAIN,
-            ]
+        train(
+            out,
+            data_dir,
+            "--arch",
+            "lexical",
+            "--enc-layers",
+            "2",
+            "--dec-layers",
+            "3",
+            "--train-pairs",
+            "100",
+            *TRAIN,
         )
         == 0
     )
@@ -185,19 +191,7 @@ def test_train_a_deeper_lexical_model_and_use_its_checkpoint(
     for name, value in model.state_dict().items():
         torch.testing.assert_close(value, ckpt.model[name])
     capsys.readouterr()
-    assert (
-        main(
-            [
-                "translate",
-                "--checkpoint",
-                str(out / "last.pt"),
-                "--beam",
-                "2",
-                "Ein Hund sieht einen Ball.",
-            ]
-        )
-        == 0
-    )
+    assert translate(out / "last.pt", "--beam", "2", "Ein Hund sieht einen Ball.") == 0
     assert capsys.readouterr().out.strip()
     assert (
         main(
@@ -215,22 +209,7 @@ def test_train_a_deeper_lexical_model_and_use_its_checkpoint(
         == 0
     )
     assert "BLEU" in capsys.readouterr().out
-    assert (
-        main(
-            [
-                "train",
-                "--out",
-                str(out),
-                "--data-dir",
-                str(data_dir),
-                "--resume",
-                "--quiet",
-                "--epochs",
-                "2",
-            ]
-        )
-        == 0
-    )
+    assert train(out, data_dir, "--resume", "--quiet", "--epochs", "2") == 0
     assert load_checkpoint(out / "last.pt").epoch == 2
 
 
@@ -246,7 +225,7 @@ def test_train_a_deeper_lexical_model_and_use_its_checkpoint(
             ["--arch", "transformer", "--dec-layers", "3"],
             "--enc-layers and --dec-layers size a recurrent model",
         ),
-        (["--arch", "gru"], "invalid choice: 'gru'"),
+        (["--arch", "gru"], "arch must be one of transformer, lstm, lexical, got arch='gru'"),
     ],
 )
 def test_flags_that_do_not_apply_are_usage_errors(
@@ -266,40 +245,9 @@ def test_a_run_of_one_architecture_is_not_resumed_as_another(
     data_dir: Path, tmp_path: Path, capsys
 ) -> None:
     out = tmp_path / "run"
-    assert (
-        main(
-            [
-                "train",
-                "--out",
-                str(out),
-                "--data-dir",
-                str(data_dir),
-                "--model",
-                "tiny",
-                "--train-pairs",
-                "60",
-                *TRAIN,
-            ]
-        )
-        == 0
-    )
+    assert train(out, data_dir, "--model", "tiny", "--train-pairs", "60", *TRAIN) == 0
     capsys.readouterr()
-    assert (
-        main(
-            [
-                "train",
-                "--out",
-                str(out),
-                "--data-dir",
-                str(data_dir),
-                "--resume",
-                "--arch",
-                "lstm",
-                *TRAIN,
-            ]
-        )
-        == 1
-    )
+    assert train(out, data_dir, "--resume", "--arch", "lstm", *TRAIN) == 1
     err = capsys.readouterr().err.strip()
     assert err.endswith("holds a transformer model, not a lstm one") and "\n" not in err
 
@@ -308,21 +256,7 @@ def test_more_training_pairs_than_there_are_is_refused(
     data_dir: Path, tmp_path: Path, capsys
 ) -> None:
     assert (
-        main(
-            [
-                "train",
-                "--out",
-                str(tmp_path / "run"),
-                "--data-dir",
-                str(data_dir),
-                "--arch",
-                "lstm",
-                "--train-pairs",
-                "100000",
-                *TRAIN,
-            ]
-        )
-        == 1
+        train(tmp_path / "run", data_dir, "--arch", "lstm", "--train-pairs", "100000", *TRAIN) == 1
     )
     assert "train_pairs=100,000 is more than the" in capsys.readouterr().err
 
@@ -331,51 +265,14 @@ def test_translate_saves_a_recurrent_model_s_attention(
     data_dir: Path, tmp_path: Path, capsys
 ) -> None:
     out = tmp_path / "run"
-    assert (
-        main(
-            [
-                "train",
-                "--out",
-                str(out),
-                "--data-dir",
-                str(data_dir),
-                "--arch",
-                "lstm",
-                "--train-pairs",
-                "60",
-                *TRAIN,
-            ]
-        )
-        == 0
-    )
+    assert train(out, data_dir, "--arch", "lstm", "--train-pairs", "60", *TRAIN) == 0
     capsys.readouterr()
-    assert (
-        main(
-            [
-                "translate",
-                "--checkpoint",
-                str(out / "last.pt"),
-                "--attention",
-                str(tmp_path / "a.png"),
-                "Ein Hund.",
-            ]
-        )
-        == 0
-    )
+    assert translate(out / "last.pt", "--attention", str(tmp_path / "a.png"), "Ein Hund.") == 0
     assert "attention of layer 0 saved to" in capsys.readouterr().err
     assert (tmp_path / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (
-        main(
-            [
-                "translate",
-                "--checkpoint",
-                str(out / "last.pt"),
-                "--attention",
-                str(tmp_path / "b.png"),
-                "--layer",
-                "1",
-                "Ein Hund.",
-            ]
+        translate(
+            out / "last.pt", "--attention", str(tmp_path / "b.png"), "--layer", "1", "Ein Hund."
         )
         == 2
     )

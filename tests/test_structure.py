@@ -6,10 +6,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from synthetic import tool
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_no_function_over_60_lines_and_no_exported_cell_over_50() -> None:
+@pytest.fixture(scope="module")
+def structure():
+    "tools/structure.py as a module."
+    return tool("structure")
+
+
+def test_no_function_over_40_lines_and_no_exported_cell_over_30() -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "structure.py"), "--check"],
         capture_output=True,
@@ -18,11 +27,26 @@ def test_no_function_over_60_lines_and_no_exported_cell_over_50() -> None:
     assert done.returncode == 0, done.stdout
 
 
-def test_the_check_counts_a_function_s_lines(tmp_path: Path) -> None:
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import structure
-    finally:
-        sys.path.pop(0)
+def test_the_caps_are_the_issue_s(structure) -> None:
+    assert (structure.MAX_FUNCTION_LINES, structure.MAX_EXPORTED_CELL_LINES) == (40, 30)
+
+
+def test_the_check_counts_a_function_s_lines(structure, tmp_path: Path) -> None:
     (tmp_path / "long.py").write_text("def f():\n" + "    x = 1\n" * 70)
     assert structure.functions(tmp_path / "long.py") == [(71, "long.f")]
+
+
+def test_parameters_are_counted_without_self(structure, tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "def f(a, b, /, c, *args, d, **kw):\n    pass\n\n"
+        "class C:\n    def g(self, x):\n        pass\n"
+    )
+    assert structure.parameters(tmp_path / "m.py") == [(6, "m.f"), (1, "m.C.g")]
+
+
+def test_the_report_names_functions_with_many_parameters(structure) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "structure.py")], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"functions with more than {structure.MAX_PARAMETERS} parameters" in done.stdout

@@ -3,13 +3,17 @@ folders).
 
 1. `train` in Python: what it returns, writes and logs; a resume that ends where an uninterrupted
    run ends; a resume with another configuration or other data refused; the epochs kept.
-2. The data: `load_pairs` and where pairs came from, `training_subset` (--train-pairs),
-   `check_same_data`, `new_tokenizers` and `build_vocabularies` (words or subwords),
+2. The data: `load_pairs` of the corpus given or named, your own files checked up front,
+   `training_subset` (--train-pairs), `check_same_data`, `new_tokenizers` and
+   `build_vocabularies` (words or subwords),
    `check_lengths` and `prepare_data` (sentences too long refused before training).
 3. Your own data without a configuration: subwords of DEFAULT_VOCAB_SIZE with tied weights.
-4. The steps of an epoch: `run_config`, `build_training` (readable or fused loss, the scaler),
+4. The steps of an epoch: `run_config`, `build_learner` (readable or fused loss, the scaler),
    `validate` (the random state untouched), `epoch_checkpoint`, `tensorboard_writer`.
 5. The run folder: `claim_run_folder`, `save_epoch` (keep_epochs), `write_history`.
+6. The change plan "a new data set", carried out: a corpus registered in `data.CORPORA` and
+   trained by its name; `train` sets up the runtime itself and resolves the precision by the one
+   default; `resolve_run_config` of the command line's choices.
 """
 
 from __future__ import annotations
@@ -21,23 +25,37 @@ import random
 import re
 import string
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
-from synthetic import synthetic_pairs, write_lines
+from synthetic import made_up_pairs, synthetic_pairs, write_lines
 
 import annotated_transformer.trainer as trainer
 from annotated_transformer.checkpoint import ResumeState, RunCheckpoint, load_checkpoint
 from annotated_transformer.config import (
     DEFAULT_VOCAB_SIZE,
+    ChoiceError,
+    Choices,
     RuntimeOptions,
     TrainConfig,
     resolve_config,
     run_model,
 )
-from annotated_transformer.data import SpacyTokenizer, Vocab, encode_pairs
+from annotated_transformer.data import (
+    CORPORA,
+    Corpus,
+    InMemory,
+    Multi30k,
+    ParallelFiles,
+    SpacyTokenizer,
+    Vocab,
+    encode_pairs,
+    open_corpus,
+)
+from annotated_transformer.distributed import DistributedSetup
 from annotated_transformer.losses import LabelSmoothing
 from annotated_transformer.model import ModelConfig
 from annotated_transformer.runs import claim_run_folder, existing_run, save_epoch, write_history
@@ -45,15 +63,18 @@ from annotated_transformer.subwords import SubwordTokenizer
 from annotated_transformer.training import TrainState
 from annotated_transformer.trainer import (
     VAL_EXTRA,
-    build_training,
+    build_learner,
     build_vocabularies,
     check_lengths,
     check_same_data,
     epoch_checkpoint,
+    RunSetup,
     load_pairs,
     new_tokenizers,
     prepare_data,
+    resolve_run_config,
     run_config,
+    run_corpus,
     tensorboard_writer,
     train,
     training_subset,
@@ -67,6 +88,7 @@ SMALL = TrainConfig(
     warmup=10,
 )
 QUIET = RuntimeOptions(progress=False)
+ALONE = DistributedSetup(0, 0, 1, torch.device("cpu"), None)  # one process, on the CPU
 
 
 def nothing(message: str) -> None:
@@ -83,7 +105,13 @@ def pairs() -> dict[str, list[tuple[str, str]]]:
 # =========================================================================== 1. train in Python
 def test_train_returns_writes_and_logs_the_run(pairs: dict, tmp_path: Path) -> None:
     logged = []
-    ckpt = train(tmp_path, replace(SMALL, epochs=2), pairs=pairs, options=QUIET, log=logged.append)
+    ckpt = train(
+        tmp_path,
+        replace(SMALL, epochs=2),
+        corpus=InMemory(**pairs),
+        options=QUIET,
+        log=logged.append,
+    )
     assert isinstance(ckpt, RunCheckpoint) and ckpt.epoch == 2
     assert existing_run(tmp_path) == ["epoch1.pt", "epoch2.pt", "history.json", "last.pt"]
     last = load_checkpoint(tmp_path / "last.pt")
@@ -108,11 +136,22 @@ def test_train_returns_writes_and_logs_the_run(pairs: dict, tmp_path: Path) -> N
 def test_resume_reaches_the_uninterrupted_result(pairs: dict, tmp_path: Path) -> None:
     "Two epochs, then a resume for the third, end with the weights of three epochs in one go."
     config = replace(SMALL, epochs=3)
-    whole = train(tmp_path / "a", config, pairs=pairs, options=QUIET, log=nothing)
-    train(tmp_path / "b", replace(config, epochs=2), pairs=pairs, options=QUIET, log=nothing)
+    whole = train(tmp_path / "a", config, corpus=InMemory(**pairs), options=QUIET, log=nothing)
+    train(
+        tmp_path / "b",
+        replace(config, epochs=2),
+        corpus=InMemory(**pairs),
+        options=QUIET,
+        log=nothing,
+    )
     logged = []
     resumed = train(
-        tmp_path / "b", config, pairs=pairs, resume=True, options=QUIET, log=logged.append
+        tmp_path / "b",
+        config,
+        corpus=InMemory(**pairs),
+        resume=True,
+        options=QUIET,
+        log=logged.append,
     )
     assert logged[0] == f"resuming from {tmp_path / 'b' / 'last.pt'} after epoch 2 " + (
         f"({resumed.history[1]['steps']} optimizer steps)"
@@ -122,29 +161,43 @@ def test_resume_reaches_the_uninterrupted_result(pairs: dict, tmp_path: Path) ->
     assert [h["epoch"] for h in resumed.history] == [1, 2, 3]
     assert resumed.resume.counts == whole.resume.counts
     # no configuration given: the run's own, the epochs it has (none left to train)
-    again = train(tmp_path / "b", pairs=pairs, resume=True, options=QUIET, log=nothing)
-    assert again.epoch == 3 and again.config == config
+    again = train(tmp_path / "b", corpus=InMemory(**pairs), resume=True, options=QUIET, log=nothing)
+    assert again.epoch == 3 and again.config == replace(config, corpus="pairs")
     assert load_checkpoint(tmp_path / "b" / "last.pt").epoch == 3
 
 
 def test_resume_with_another_config_or_other_data_is_refused(pairs: dict, tmp_path: Path) -> None:
-    train(tmp_path, SMALL, pairs=pairs, options=QUIET, log=nothing)
+    train(tmp_path, SMALL, corpus=InMemory(**pairs), options=QUIET, log=nothing)
     wider = replace(SMALL, model=replace(SMALL.model, d_model=32), epochs=2)
     with pytest.raises(ValueError, match=r"^--resume with another configuration than .*last.pt"):
-        train(tmp_path, wider, pairs=pairs, resume=True, options=QUIET, log=nothing)
+        train(tmp_path, wider, corpus=InMemory(**pairs), resume=True, options=QUIET, log=nothing)
     other = {**pairs, "train": pairs["train"][1:]}
     with pytest.raises(ValueError, match="^--resume with other data than .*last.pt was trained on"):
         train(
-            tmp_path, replace(SMALL, epochs=2), pairs=other, resume=True, options=QUIET, log=nothing
+            tmp_path,
+            replace(SMALL, epochs=2),
+            corpus=InMemory(**other),
+            resume=True,
+            options=QUIET,
+            log=nothing,
         )
     assert load_checkpoint(tmp_path / "last.pt").epoch == 1  # nothing trained
     with pytest.raises(FileNotFoundError, match="no checkpoint at"):  # nothing to resume
-        train(tmp_path / "new", SMALL, pairs=pairs, resume=True, options=QUIET, log=nothing)
+        train(
+            tmp_path / "new",
+            SMALL,
+            corpus=InMemory(**pairs),
+            resume=True,
+            options=QUIET,
+            log=nothing,
+        )
 
 
 def test_only_the_last_epoch_checkpoints_are_kept(pairs: dict, tmp_path: Path) -> None:
     options = replace(QUIET, keep_epochs=2)
-    train(tmp_path, replace(SMALL, epochs=3), pairs=pairs, options=options, log=nothing)
+    train(
+        tmp_path, replace(SMALL, epochs=3), corpus=InMemory(**pairs), options=options, log=nothing
+    )
     assert sorted(p.name for p in tmp_path.glob("*.pt")) == ["epoch2.pt", "epoch3.pt", "last.pt"]
     weights = load_checkpoint(tmp_path / "epoch3.pt")
     assert weights.resume is None and weights.epoch == 3
@@ -153,29 +206,37 @@ def test_only_the_last_epoch_checkpoints_are_kept(pairs: dict, tmp_path: Path) -
 
 
 # =========================================================================== 2. the data
-def test_load_pairs_says_where_the_pairs_came_from(pairs: dict, tmp_path: Path, data_dir: Path):
-    loaded, origin = load_pairs(SMALL, None, None, pairs, nothing)
-    assert loaded == pairs and list(origin) == ["pairs"]
-    loaded, origin = load_pairs(SMALL, data_dir, None, None, nothing)
-    assert loaded == pairs and origin == {"multi30k": ["de", "en"]}
+def test_load_pairs_reads_the_corpus_given_or_named(pairs: dict, tmp_path: Path, data_dir: Path):
+    assert load_pairs(SMALL, InMemory(**pairs), nothing) == pairs
+    multi30k = run_corpus(SMALL, None)  # the configuration names it: Multi30k, de and en
+    assert multi30k == Multi30k() and multi30k.origin() == {"multi30k": ["de", "en"]}
+    assert load_pairs(SMALL, Multi30k(data_dir), nothing) == pairs  # the synthetic files
     src = write_lines(tmp_path / "a.src", ["eins", "", "drei"])
     tgt = write_lines(tmp_path / "a.tgt", ["one", "two", "three"])
-    logged = []
-    loaded, origin = load_pairs(SMALL, None, {"train": (src, tgt)}, None, logged.append)
-    assert loaded == {"train": [("eins", "one"), ("drei", "three")]}
-    assert origin == {
-        "train": {
-            "files": [str(src), str(tgt)],
-            "sha256": [hashlib.sha256(p.read_bytes()).hexdigest() for p in (src, tgt)],
-        }
+    logged, files = [], ParallelFiles(train=(src, tgt), val=(src, tgt))
+    assert load_pairs(SMALL, files, logged.append)["train"] == [("eins", "one"), ("drei", "three")]
+    assert files.origin()["train"] == {
+        "files": [str(src), str(tgt)],
+        "sha256": [hashlib.sha256(p.read_bytes()).hexdigest() for p in (src, tgt)],
     }
-    assert logged == [
+    assert logged[0] == (
         f"train: skipped 1 pairs with an empty line on one side or both ({src}, {tgt})"
-    ]
+    )
     empty = write_lines(tmp_path / "empty", ["", " "])
     write_lines(tgt, ["x", "y"])
     with pytest.raises(ValueError, match=re.escape(f"{empty} and {tgt} hold no sentence pairs")):
-        load_pairs(SMALL, None, {"train": (empty, tgt)}, None, nothing)
+        load_pairs(SMALL, ParallelFiles(train=(empty, tgt), val=(src, tgt)), nothing)
+
+
+def test_your_own_files_are_all_checked_before_anything_is_read(tmp_path: Path) -> None:
+    src = write_lines(tmp_path / "a.src", ["eins"])
+    gone = tmp_path / "gone.tgt"
+    with pytest.raises(ChoiceError, match=f"^{re.escape(str(gone))} \\(val target\\): no such"):
+        ParallelFiles(train=(src, src), val=(src, gone))
+    with pytest.raises(ChoiceError, match="\\(train source\\) is a folder, not a file$"):
+        ParallelFiles(train=(tmp_path, src), val=(src, src))
+    with pytest.raises(ValueError, match="^unknown corpus 'files': choose one of multi30k"):
+        run_corpus(replace(SMALL, corpus="files"), None)  # your own files are given, not named
 
 
 def test_a_training_subset_is_drawn_by_the_seed_in_the_original_order(pairs: dict) -> None:
@@ -189,27 +250,29 @@ def test_a_training_subset_is_drawn_by_the_seed_in_the_original_order(pairs: dic
     with pytest.raises(ValueError, match="^train_pairs=161 is more than the 160 training pairs$"):
         training_subset(train_pairs, 161, seed=3)
     config = replace(SMALL, train_pairs=50, seed=3)
-    loaded, _ = load_pairs(config, None, None, pairs, nothing)
+    loaded = load_pairs(config, InMemory(**pairs), nothing)
     assert loaded == {"train": subset, "val": pairs["val"]}  # validation: all of it
     # subset_seed draws the subset instead: runs of other seeds train on the same pairs
     for seed in (0, 1):
         shared = replace(SMALL, train_pairs=50, seed=seed, subset_seed=3)
-        assert load_pairs(shared, None, None, pairs, nothing)[0]["train"] == subset
+        assert load_pairs(shared, InMemory(**pairs), nothing)["train"] == subset
 
 
 def test_a_run_on_a_subset_trains_and_resumes_on_that_subset(pairs: dict, tmp_path: Path) -> None:
     logged = []
     config = replace(SMALL, train_pairs=40)
-    train(tmp_path, config, pairs=pairs, options=QUIET, log=logged.append)
+    train(tmp_path, config, corpus=InMemory(**pairs), options=QUIET, log=logged.append)
     assert logged[0].startswith("40 training pairs;")
     logged.clear()
     more = replace(config, epochs=2)
-    resumed = train(tmp_path, more, pairs=pairs, resume=True, options=QUIET, log=logged.append)
+    resumed = train(
+        tmp_path, more, corpus=InMemory(**pairs), resume=True, options=QUIET, log=logged.append
+    )
     assert resumed.epoch == 2 and resumed.config.train_pairs == 40
     assert logged[0].startswith("resuming from") and logged[1].startswith("40 training pairs;")
     with pytest.raises(ValueError, match="another configuration .*train_pairs=41"):
         other = replace(config, train_pairs=41)
-        train(tmp_path, other, pairs=pairs, resume=True, options=QUIET, log=nothing)
+        train(tmp_path, other, corpus=InMemory(**pairs), resume=True, options=QUIET, log=nothing)
 
 
 def test_check_same_data_names_what_differs(tmp_path: Path) -> None:
@@ -258,7 +321,7 @@ def test_sentences_too_long_are_refused_before_training(pairs: dict, tmp_path: P
     with pytest.raises(
         ValueError, match=message + "tokens \\+ 50 for its translation\\), .*max_len=60$"
     ):
-        train(tmp_path / "run", config, pairs=pairs, options=QUIET, log=logged.append)
+        train(tmp_path / "run", config, corpus=InMemory(**pairs), options=QUIET, log=logged.append)
     assert not logged and not list((tmp_path / "run").glob("*.pt"))  # before the first epoch
     vocab = Vocab.build([["a"] * 30], min_freq=1)
     data = encode_pairs([["a"] * 3, ["a"] * 30], [["a"], ["a"] * 2], vocab, vocab)
@@ -316,9 +379,9 @@ def test_your_own_files_without_a_configuration_train_tied_subwords(
 
     monkeypatch.setattr(trainer, "resolve_config", one_epoch)
     files = long_word_files(tmp_path)
-    ckpt = train(tmp_path / "run", files=files, options=QUIET, log=nothing)
+    ckpt = train(tmp_path / "run", corpus=ParallelFiles(**files), options=QUIET, log=nothing)
     assert resolved == [resolve_config(own_files=True)] and resolved[0].epochs == 20
-    assert ckpt.config == replace(resolved[0], epochs=1)
+    assert ckpt.config == replace(resolved[0], epochs=1, corpus="files")
     assert ckpt.config.vocab_size == DEFAULT_VOCAB_SIZE == 8000
     assert ckpt.config.model == replace(run_model(), share_embeddings=True)
     assert len(ckpt.src_vocab) == 8000 and ckpt.src_vocab.itos == ckpt.tgt_vocab.itos
@@ -334,14 +397,18 @@ def test_your_own_files_without_a_configuration_train_tied_subwords(
 
 # ========================================================================= 4. the steps of an epoch
 def test_run_config(pairs: dict, tmp_path: Path) -> None:
-    assert run_config(None, None, False, "x") == TrainConfig()  # Multi30k: words
-    assert run_config(None, None, True, "x") == resolve_config(own_files=True)  # files, pairs
-    assert run_config(SMALL, None, True, "x") is SMALL  # a configuration given is kept
-    ckpt = train(tmp_path, SMALL, pairs=pairs, options=QUIET, log=nothing)
-    assert run_config(None, ckpt, True, "x") == SMALL  # a resumed run's own
-    assert run_config(replace(SMALL, epochs=4), ckpt, False, "x") == replace(SMALL, epochs=4)
+    own = InMemory(**pairs)
+    assert run_config(None, None, None, "x") == TrainConfig()  # Multi30k: words
+    own_policy = replace(resolve_config(own_files=True), corpus="pairs")  # files, pairs: subwords
+    assert run_config(None, None, own, "x") == own_policy
+    assert run_config(SMALL, None, None, "x") is SMALL  # a configuration given is kept
+    assert run_config(SMALL, None, own, "x") == replace(SMALL, corpus="pairs")  # named by the data
+    ckpt = train(tmp_path, SMALL, corpus=InMemory(**pairs), options=QUIET, log=nothing)
+    assert run_config(None, ckpt, None, "x") == replace(SMALL, corpus="pairs")  # the run's own
+    more = replace(SMALL, epochs=4)
+    assert run_config(more, ckpt, own, "x") == replace(more, corpus="pairs")
     with pytest.raises(ValueError, match="^--resume with another configuration than x was "):
-        run_config(replace(SMALL, seed=1), ckpt, False, "x")
+        run_config(replace(SMALL, seed=1), ckpt, own, "x")
 
 
 @pytest.fixture(scope="module")
@@ -349,14 +416,14 @@ def run_data(pairs: dict):
     return prepare_data(SMALL, pairs, {"pairs": "x"}, None, progress=False)
 
 
-def test_build_training_readable_or_fused_loss_and_the_scaler(run_data) -> None:
+def test_build_learner_readable_or_fused_loss_and_the_scaler(run_data) -> None:
     from annotated_transformer.batching import collate
 
     cpu = torch.device("cpu")
     torch.manual_seed(0)
-    readable = build_training(SMALL, run_data, QUIET, cpu)
+    readable = build_learner(SMALL, run_data, QUIET, cpu)
     torch.manual_seed(0)
-    fused = build_training(SMALL, run_data, replace(QUIET, fused_loss=True), cpu)
+    fused = build_learner(SMALL, run_data, replace(QUIET, fused_loss=True), cpu)
     assert readable.scaler is None and readable.state.optimizer_steps == 0 and not fused.history
     batch = collate([run_data.train[i] for i in range(4)], run_data.tgt_vocab.pad)
     out = readable.model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)  # (B, T, D)
@@ -366,28 +433,29 @@ def test_build_training_readable_or_fused_loss_and_the_scaler(run_data) -> None:
     smoothing = LabelSmoothing(len(run_data.tgt_vocab), run_data.tgt_vocab.pad, SMALL.smoothing)
     torch.testing.assert_close(loss, smoothing(logp, batch.tgt_y.flatten()))  # the config's
     assert readable.optimizer.param_groups[0]["lr"] > 0  # the schedule's first step
-    fp16 = build_training(SMALL, run_data, replace(QUIET, precision="fp16"), cpu)
+    fp16 = build_learner(SMALL, run_data, replace(QUIET, precision="fp16"), cpu)
     assert fp16.scaler is not None and fp16.scaler.get_scale() == 2.0**16 / SMALL.max_tokens
 
 
 def test_validate_leaves_the_random_state_untouched(run_data) -> None:
     from annotated_transformer.batching import make_loader
 
-    training = build_training(SMALL, run_data, QUIET, torch.device("cpu"))
+    learner = build_learner(SMALL, run_data, QUIET, torch.device("cpu"))
     loader = make_loader(run_data.val, run_data.tgt_vocab.pad, 300, shuffle=False)
     torch.manual_seed(5)
     before = torch.get_rng_state()
-    loss, ppl, bleu = validate(training, run_data, loader, torch.device("cpu"), progress=False)
+    loss, ppl, bleu = validate(learner, run_data, loader, torch.device("cpu"), progress=False)
     assert torch.equal(torch.get_rng_state(), before)
     assert math.isfinite(loss) and ppl > 1 and 0 <= bleu <= 100
     assert ppl != pytest.approx(math.exp(loss), rel=1e-2)  # of the true words: not smoothed
-    assert validate(training, run_data, loader, torch.device("cpu"), False) == (loss, ppl, bleu)
+    assert validate(learner, run_data, loader, torch.device("cpu"), False) == (loss, ppl, bleu)
 
 
 def test_epoch_checkpoint_holds_the_run_as_it_stands(run_data) -> None:
-    training = build_training(SMALL, run_data, QUIET, torch.device("cpu"))
+    training = build_learner(SMALL, run_data, QUIET, torch.device("cpu"))
     training.history.append({"epoch": 1})
-    ckpt = epoch_checkpoint(SMALL, run_data, training, [{"torch": torch.get_rng_state()}], "id")
+    setup = RunSetup(SMALL, QUIET, ALONE, nothing, run_id="id")
+    ckpt = epoch_checkpoint(setup, run_data, training, [{"torch": torch.get_rng_state()}])
     assert (ckpt.epoch, ckpt.history, ckpt.run_id, ckpt.data) == (
         1,
         [{"epoch": 1}],
@@ -448,3 +516,84 @@ def test_save_epoch_keeps_the_last_epochs(tmp_path: Path) -> None:
     write_history(tmp_path, [{"epoch": 9}])
     assert json.loads((tmp_path / "history.json").read_text()) == [{"epoch": 9}]
     assert not list(tmp_path.glob(".*"))  # no temporary file left
+
+
+# ============================================ 6. a new data set, the runtime, the CLI's choices
+@dataclass(frozen=True)
+class Reversals:
+    "A made-up data set: sentences of made-up words and the same words reversed, in reverse order."
+
+    data_dir: str | Path | None = None  # where it would keep files (it makes its pairs instead)
+    langs: tuple[str, str] = ("de", "en")  # it has one pair of languages: these are ignored
+    name: ClassVar[str] = "reversals"
+    test_splits: ClassVar[tuple[str, ...]] = ("test",)
+    subwords: ClassVar[bool] = True
+
+    def pairs(self, split: str, log=print) -> list[tuple[str, str]]:
+        "The pairs of 'train', 'val' or 'test', the same every time."
+        n, seed = {"train": (120, 0), "val": (12, 1), "test": (12, 2)}[split]
+        return [
+            (src, " ".join(word[::-1] for word in reversed(src.split())))
+            for src, _ in made_up_pairs(n, seed)
+        ]
+
+    def origin(self) -> dict:
+        return {"reversals": 1}
+
+
+def test_a_new_data_set_touches_only_data_and_trains_by_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The change plan "a new data set", carried out: a corpus registered in data.CORPORA (its
+    chapter would do it) is chosen by the configuration's `corpus` field alone; the trainer, the
+    configuration and the command line are not touched."""
+    monkeypatch.setitem(CORPORA, Reversals.name, Reversals)
+    config = replace(SMALL, corpus="reversals", vocab_size=300, epochs=2)
+    assert isinstance(open_corpus("reversals"), Corpus)
+    logged = []
+    ckpt = train(tmp_path, replace(config, epochs=1), options=QUIET, log=logged.append)
+    assert logged[0].startswith("120 training pairs;")
+    assert (ckpt.config.corpus, ckpt.data) == ("reversals", {"reversals": 1})
+    resumed = train(tmp_path, config, resume=True, options=QUIET, log=nothing)  # by its name
+    assert resumed.epoch == 2 and resumed.config == config
+    # evaluation finds the checkpoint's corpus and its default split the same way
+    corpus = open_corpus(resumed.config.corpus)
+    assert corpus.pairs(corpus.test_splits[0]) == Reversals().pairs("test")
+    monkeypatch.delitem(CORPORA, Reversals.name)
+    with pytest.raises(ValueError, match="^unknown corpus 'reversals': choose one of multi30k"):
+        train(tmp_path, config, resume=True, options=QUIET, log=nothing)
+
+
+def test_train_sets_up_the_runtime_and_resolves_the_precision(
+    pairs: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """train joins (and leaves) the process group itself, and precision=None is the documented
+    default (bf16 where the device supports it), as on the command line."""
+    import annotated_transformer.distributed as distributed
+
+    calls = []
+    monkeypatch.setattr(distributed, "default_precision", lambda device: "bf16")
+    monkeypatch.setattr(trainer, "cleanup_distributed", lambda: calls.append("cleanup"))
+    logged = []
+    options = replace(QUIET, precision=None)
+    ckpt = train(
+        tmp_path / "a", SMALL, corpus=InMemory(**pairs), options=options, log=logged.append
+    )
+    assert logged[0].endswith("M parameters on cpu, bf16") and calls == ["cleanup"]
+    assert math.isfinite(ckpt.history[0]["train_loss"])
+    with pytest.raises(ValueError, match="unknown corpus"):  # failing, it leaves the group too
+        train(tmp_path / "b", replace(SMALL, corpus="none"), options=QUIET, log=nothing)
+    assert calls == ["cleanup", "cleanup"]
+
+
+def test_resolve_run_config_of_the_command_lines_choices(pairs: dict, tmp_path: Path) -> None:
+    own = InMemory(**pairs)
+    assert resolve_run_config(tmp_path, Choices(train={"seed": 3})) == TrainConfig(seed=3)
+    assert resolve_run_config(tmp_path, corpus=own).vocab_size == DEFAULT_VOCAB_SIZE
+    with pytest.raises(ChoiceError, match="^src_lang and tgt_lang choose the languages of a named"):
+        resolve_run_config(tmp_path, Choices(train={"tgt_lang": "fr"}), corpus=own)
+    ckpt = train(tmp_path, SMALL, corpus=own, options=QUIET, log=nothing)
+    more = Choices(train={"epochs": 2})
+    assert resolve_run_config(tmp_path, more, resume=True) == replace(ckpt.config, epochs=2)
+    with pytest.raises(ValueError, match="another configuration .* seed=5"):
+        resolve_run_config(tmp_path, Choices(train={"seed": 5}), resume=True)

@@ -27,31 +27,24 @@ from torch import nn
 from annotated_transformer.batching import Batch, copy_task_batches
 from annotated_transformer.losses import LabelSmoothing, LossFn, sequence_loss
 from annotated_transformer.model import ModelConfig
-from annotated_transformer.training import TrainState, noam_optimizer, rate, run_epoch, train_epoch
+from annotated_transformer.training import (
+    EpochOptions,
+    TrainState,
+    Updates,
+    noam_optimizer,
+    rate,
+    run_epoch,
+    train_epoch,
+)
+from synthetic import TINY_VOCAB as V
+from synthetic import assert_params_equal, params, tiny_model
 
-V = 11  # vocabulary of the tiny models: 0 padding, 1 start, 2..10 content
 PAD = 0
-TINY = ModelConfig(N=1, d_model=16, d_ff=32, h=2, dropout=0.0)
 
 
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
-
-
-def tiny_model(seed: int = 0):
-    torch.manual_seed(seed)
-    return TINY.build(V, V)
-
-
-def params(model: nn.Module) -> list[torch.Tensor]:
-    return [p.detach().clone() for p in model.parameters()]
-
-
-def assert_params_equal(a: list[torch.Tensor], b: list[torch.Tensor], atol: float = 0.0) -> None:
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        torch.testing.assert_close(x, y, atol=atol, rtol=0.0)
 
 
 def max_param_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
@@ -133,9 +126,12 @@ def test_noam_optimizer_rejects_no_warmup():
 # =================================================== 2. run_epoch and train_epoch, and TrainState
 
 
+QUIET = EpochOptions(progress=False)
+
+
 def quiet_train_epoch(*args, **kwargs):
     "train_epoch without its progress bar."
-    return train_epoch(*args, progress=False, **kwargs)
+    return train_epoch(*args, options=QUIET, **kwargs)
 
 
 # the tests that hold for both loops
@@ -180,9 +176,9 @@ def test_gradient_accumulation_equals_one_big_batch(epoch):
     opt_a = torch.optim.SGD(a.parameters(), lr=0.5)
     opt_b = torch.optim.SGD(b.parameters(), lr=0.5)
     opt_c = torch.optim.SGD(c.parameters(), lr=0.5)
-    _, sa = epoch(whole, a, loss_of(a), opt_a, accum_iter=1)
-    _, sb = epoch(halves, b, loss_of(b), opt_b, accum_iter=2)
-    _, sc = epoch(halves, c, loss_of(c), opt_c, accum_iter=1)
+    _, sa = epoch(whole, a, loss_of(a), Updates(opt_a, accum_iter=1))
+    _, sb = epoch(halves, b, loss_of(b), Updates(opt_b, accum_iter=2))
+    _, sc = epoch(halves, c, loss_of(c), Updates(opt_c, accum_iter=1))
     assert sa.optimizer_steps == sb.optimizer_steps == 2 and sb.batches == 4
     assert max_param_diff(start, params(a)) > 1e-3  # it did train
     assert_params_equal(params(a), params(b), atol=1e-6)
@@ -200,13 +196,13 @@ def test_scheduler_steps_once_per_optimizer_step_after_the_update(epoch):
     # no update
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.1 if s == 0 else 0.0)
     batches = list(copy_task_batches(V, 4, 4, seq_len=5, rng=torch.Generator().manual_seed(0)))
-    _, state = epoch(batches[:2], model, loss_of(model), opt, sched, accum_iter=2)
+    _, state = epoch(batches[:2], model, loss_of(model), Updates(opt, sched, accum_iter=2))
     assert state.optimizer_steps == 1 and state.batches == 2
     assert sched.last_epoch == 1
     assert opt.param_groups[0]["lr"] == 0.0
     after_one = params(model)
     assert max_param_diff(start, after_one) > 1e-4
-    _, state = epoch(batches[2:], model, loss_of(model), opt, sched, accum_iter=2, state=state)
+    _, state = epoch(batches[2:], model, loss_of(model), Updates(opt, sched, 2), state=state)
     assert state.optimizer_steps == 2 and sched.last_epoch == 2
     assert_params_equal(after_one, params(model))  # the second update ran at lr 0
 
@@ -216,7 +212,7 @@ def test_scheduler_with_noam_counts_optimizer_steps(epoch):
     model = tiny_model()
     opt, sched = noam_optimizer(model, 16, factor=1.0, warmup=3)
     batches = list(copy_task_batches(V, 2, 6, seq_len=4, rng=torch.Generator().manual_seed(1)))
-    _, state = epoch(batches, model, loss_of(model), opt, sched, accum_iter=3)
+    _, state = epoch(batches, model, loss_of(model), Updates(opt, sched, accum_iter=3))
     assert state.batches == 6 and state.optimizer_steps == 2
     assert sched.last_epoch == 2
     assert opt.param_groups[0]["lr"] == pytest.approx(rate(2, 16, 1.0, 3), rel=1e-12)
@@ -229,7 +225,7 @@ def test_incomplete_final_accumulation_is_a_step_over_its_own_tokens(epoch):
     b = copy.deepcopy(a)
     opt_a = torch.optim.SGD(a.parameters(), lr=0.5)
     sched_a = torch.optim.lr_scheduler.LambdaLR(opt_a, lambda s: 1.0)
-    _, state = epoch(batches, a, loss_of(a), opt_a, sched_a, accum_iter=2)
+    _, state = epoch(batches, a, loss_of(a), Updates(opt_a, sched_a, accum_iter=2))
     assert state.batches == 3
     assert state.optimizer_steps == 2
     assert sched_a.last_epoch == 2
@@ -239,8 +235,8 @@ def test_incomplete_final_accumulation_is_a_step_over_its_own_tokens(epoch):
     # the last, lone batch is a step normalized by its own tokens: the same as one step on it with
     # accum_iter=1
     opt_b = torch.optim.SGD(b.parameters(), lr=0.5)
-    epoch(batches[:2], b, loss_of(b), opt_b, accum_iter=2)
-    epoch(batches[2:], b, loss_of(b), opt_b, accum_iter=1)
+    epoch(batches[:2], b, loss_of(b), Updates(opt_b, accum_iter=2))
+    epoch(batches[2:], b, loss_of(b), Updates(opt_b, accum_iter=1))
     assert_params_equal(params(a), params(b), atol=1e-6)
 
 
@@ -249,12 +245,12 @@ def test_train_state_counts_and_continues(epoch):
     batches = padded_batches()
     model = tiny_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    _, state = epoch(batches, model, loss_of(model), opt)
+    _, state = epoch(batches, model, loss_of(model), Updates(opt))
     ntok = sum(b.ntokens for b in batches)
     assert ntok < sum(b.tgt_y.numel() for b in batches)  # padding was present
     assert state == TrainState(batches=3, optimizer_steps=3, samples=3 + 2 + 4, tokens=ntok)
     given = TrainState(batches=10, optimizer_steps=4, samples=50, tokens=1000)
-    _, out = epoch(batches, model, loss_of(model), opt, accum_iter=2, state=given)
+    _, out = epoch(batches, model, loss_of(model), Updates(opt, accum_iter=2), state=given)
     assert out is given
     assert out == TrainState(batches=13, optimizer_steps=6, samples=59, tokens=1000 + ntok)
 
@@ -266,7 +262,7 @@ def test_evaluation_changes_nothing_and_returns_mean_loss(epoch):
     model.train()
     start = params(model)
     criterion = crit()
-    loss, state = epoch(batches, model, loss_of(model, criterion), optimizer=None)
+    loss, state = epoch(batches, model, loss_of(model, criterion), updates=None)
     assert_params_equal(start, params(model))
     assert all(p.grad is None for p in model.parameters())
     assert not model.training
@@ -280,7 +276,7 @@ def test_evaluation_changes_nothing_and_returns_mean_loss(epoch):
     assert loss == pytest.approx(expected, rel=1e-6)
     # training reports the same kind of mean: the loss of each batch before its update
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    train_loss, _ = epoch(batches, model, loss_of(model, criterion), opt)
+    train_loss, _ = epoch(batches, model, loss_of(model, criterion), Updates(opt))
     assert train_loss == pytest.approx(expected, rel=1e-5)
 
 
@@ -302,10 +298,10 @@ def test_nan_loss_raises_naming_the_step(at):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     batches = list(copy_task_batches(V, 2, 4, seq_len=4, rng=torch.Generator().manual_seed(2)))
     with pytest.raises(FloatingPointError, match=f"the loss is nan at batch {at} of the run "):
-        train_epoch(batches, model, NaNAt(loss_of(model), at), opt, progress=False)
+        train_epoch(batches, model, NaNAt(loss_of(model), at), Updates(opt), options=QUIET)
     # evaluation stops too (it counts no steps, so the message cannot name the batch)
     with pytest.raises(FloatingPointError, match="the loss is nan"):
-        train_epoch(batches, model, NaNAt(loss_of(model), at), None, progress=False)
+        train_epoch(batches, model, NaNAt(loss_of(model), at), None, options=QUIET)
 
 
 @pytest.mark.parametrize("read_every", [1, 2, 50])
@@ -321,16 +317,17 @@ def test_nan_loss_named_whenever_the_losses_are_read(at, read_every):
         match=f"the loss is nan at batch {at} of the run "
         f"\\(batch {at} of this pass, after {at} optimizer steps\\)",
     ):
-        train_epoch(
-            batches, model, NaNAt(loss_of(model), at), opt, progress=False, read_every=read_every
-        )
+        options = EpochOptions(read_every=read_every, progress=False)
+        train_epoch(batches, model, NaNAt(loss_of(model), at), Updates(opt), options=options)
 
 
 @pytest.mark.parametrize("read_every", [1, 2, 7])
 def test_read_every_does_not_change_the_mean_loss(read_every):
     batches, model = padded_batches(), tiny_model()
     losses = [
-        train_epoch(batches, model, loss_of(model), None, progress=False, read_every=r)[0]
+        train_epoch(
+            batches, model, loss_of(model), options=EpochOptions(read_every=r, progress=False)
+        )[0]
         for r in (read_every, 50)
     ]
     assert losses[0] == pytest.approx(losses[1], rel=1e-12)
@@ -341,12 +338,11 @@ def test_bad_read_every_raises(read_every):
     model = tiny_model()
     loss = loss_of(model)
     with pytest.raises(ValueError, match=f"read_every must be at least 1, got {read_every}"):
-        train_epoch(padded_batches(), model, loss, None, progress=False, read_every=read_every)
+        train_epoch(padded_batches(), model, loss, options=EpochOptions(read_every=read_every))
 
 
 @pytest.mark.parametrize("accum_iter", [0, -1])
-@EPOCHS
-def test_bad_accum_iter_raises_before_any_change(accum_iter, epoch):
+def test_bad_accum_iter_raises_before_any_change(accum_iter):
     model = tiny_model()
     start = params(model)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
@@ -358,7 +354,7 @@ def test_bad_accum_iter_raises_before_any_change(accum_iter, epoch):
             yield b
 
     with pytest.raises(ValueError, match=f"accum_iter must be at least 1, got {accum_iter}"):
-        epoch(batches(), model, loss_of(model), opt, accum_iter=accum_iter)
+        run_epoch(batches(), model, loss_of(model), Updates(opt, accum_iter=accum_iter))
     assert consumed == []
     assert_params_equal(start, params(model))
 
@@ -379,8 +375,7 @@ def test_max_grad_norm_clips_the_update(epoch):
             [batch],
             model,
             loss_of(model),
-            torch.optim.SGD(model.parameters(), lr=1.0),
-            max_grad_norm=max_norm,
+            Updates(torch.optim.SGD(model.parameters(), lr=1.0), max_grad_norm=max_norm),
         )
     free_norm = update_norm(start, params(free))
     assert free_norm > 0.1
@@ -398,11 +393,11 @@ def test_max_grad_norm_clips_the_update(epoch):
 @EPOCHS
 def test_empty_epoch_raises(training, epoch):
     model = tiny_model()
-    opt = torch.optim.SGD(model.parameters(), lr=1.0) if training else None
+    updates = Updates(torch.optim.SGD(model.parameters(), lr=1.0)) if training else None
     with pytest.raises(ValueError, match="no batches"):
-        epoch([], model, loss_of(model), opt)
+        epoch([], model, loss_of(model), updates)
     with pytest.raises(ValueError, match="no batches"):
-        epoch(iter(()), model, loss_of(model), opt)
+        epoch(iter(()), model, loss_of(model), updates)
 
 
 def test_train_state_counts_a_batch():
@@ -457,7 +452,8 @@ def one_epoch(loop, model: nn.Module, accum_iter: int, max_grad_norm: float | No
     opt = RecordingSGD(model.parameters(), lr=0.5)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (s + 1))
     torch.manual_seed(7)  # the same dropout masks for both loops
-    loss, state = loop(five_batches(), model, loss_of(model), opt, sched, accum_iter, max_grad_norm)
+    updates = Updates(opt, sched, accum_iter, max_grad_norm)
+    loss, state = loop(five_batches(), model, loss_of(model), updates)
     return loss, state, opt
 
 

@@ -1,18 +1,20 @@
-"""Tests for annotated_transformer.translation: text in, text out; and the package's layering.
+"""Tests for annotated_transformer.translation: text in, text out.
 
 1. `Translator` gives today's outputs on a fixed model (a seeded random model, fixed vocabularies):
    the tokens, scores and BLEU below were computed with version 0.2's `translate`,
    `translate_nbest` and `bleu` functions, which the Translator replaced.
-2. Batches translate like single sentences; <unk> is banned unless allowed; empty and too long
-   sentences are refused; `Search` and `nbest` refuse what they cannot do.
-3. From a checkpoint: the model in eval mode, its tokenizers, averaged epochs.
+2. Batches translate like single sentences; <unk> is banned unless allowed; blank sentences get
+   no translation (in line with the others) and too long ones are refused; `Search` refuses what it
+   cannot do, each setting by its declared rules.
+3. From a checkpoint: the model in eval mode, its tokenizers, its run's settings, averaged epochs.
 4. Detokenizing and BLEU.
-5. Each module imports only from the modules above it in the package docstring's list.
+5. `Translating`: what any translator offers, `Translator` included; `evaluate` and its report.
 """
 
 from __future__ import annotations
 
-import ast
+import dataclasses
+import json
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -20,12 +22,22 @@ from pathlib import Path
 import pytest
 import torch
 
-import annotated_transformer
 from annotated_transformer.checkpoint import average_last, load_checkpoint
+from annotated_transformer.config import ChoiceError, check_setting
 from annotated_transformer.data import SPECIALS, SpacyTokenizer, Vocab, load_tokenizers
-from annotated_transformer.model import ModelConfig
+from annotated_transformer.model import ModelConfig, count_parameters
 from annotated_transformer.subwords import SubwordTokenizer
-from annotated_transformer.translation import GREEDY, Search, Translator, bleu
+from annotated_transformer.translation import (
+    GREEDY,
+    Evaluation,
+    Search,
+    SentenceError,
+    Translating,
+    Translator,
+    bleu,
+    evaluate,
+    source_tokens,
+)
 
 SOURCES = [
     "Ein Mann sieht einen Ball.",
@@ -114,7 +126,7 @@ def test_greedy_and_beam_search_translate_as_before(translator: Translator) -> N
 
 @pytest.mark.parametrize("alpha", [0.6, 1.0])
 def test_nbest_gives_the_same_hypotheses_and_scores(translator: Translator, alpha: float) -> None:
-    found = translator.nbest(SOURCES, replace(SHORT, beam_size=3, alpha=alpha), n=3)
+    found = translator.nbest(SOURCES, replace(SHORT, beam_size=3, alpha=alpha, nbest=3))
     assert [[" ".join(tokens) for tokens, _ in best] for best in found] == [
         [tokens for tokens, _ in best] for best in NBEST[alpha]
     ]
@@ -122,7 +134,7 @@ def test_nbest_gives_the_same_hypotheses_and_scores(translator: Translator, alph
         pytest.approx([score for _, score in best], abs=1e-4) for best in NBEST[alpha]
     ]
     # fewer of them: the best ones
-    two = translator.nbest(SOURCES, replace(SHORT, beam_size=3, alpha=alpha), n=2)
+    two = translator.nbest(SOURCES, replace(SHORT, beam_size=3, alpha=alpha, nbest=2))
     assert [[tokens for tokens, _ in best] for best in two] == [
         [tokens for tokens, _ in best[:2]] for best in found
     ]
@@ -190,9 +202,17 @@ def test_unk_is_banned_unless_allowed(beam_size: int) -> None:
     assert all(out and "<unk>" not in out for out in banned)
 
 
-def test_empty_and_too_long_sentences_are_refused(translator: Translator) -> None:
-    with pytest.raises(ValueError, match="^sentence 1 is empty: there is nothing to translate$"):
-        translator.translate(["Ein Mann sieht einen Ball.", "   "])
+def test_blank_sentences_get_no_translation_in_their_place(translator: Translator) -> None:
+    lines = ["", SOURCES[0], "   ", SOURCES[1], "\t"]
+    search = replace(SHORT, beam_size=3, nbest=2)
+    alone = translator.nbest(SOURCES[:2], search)
+    assert translator.nbest(lines, search) == [[], alone[0], [], alone[1], []]
+    best = translator.translate(SOURCES[:2], SHORT)
+    assert translator.translate(lines, SHORT) == [[], best[0], [], best[1], []]
+    assert translator.nbest(["  ", ""]) == [[], []] and translator.translate([]) == []
+
+
+def test_too_long_sentences_are_refused_by_their_place(translator: Translator) -> None:
     # max_len 5000: 50 of the positions for the output, 2 for <s> and </s>
     with pytest.raises(
         ValueError, match=r"^sentence 0 has 5000 tokens, too long for this model \(at most 4948\)$"
@@ -202,33 +222,74 @@ def test_empty_and_too_long_sentences_are_refused(translator: Translator) -> Non
     assert translator.translate(["Mann Mann Mann"], room)
     with pytest.raises(ValueError, match=r"sentence 0 has 4 tokens, .* \(at most 3\)$"):
         translator.translate(["Mann Mann Mann Mann"], room)
-    with pytest.raises(ValueError, match="sentence 0 is empty"):
-        translator.attention(" ")
+    with pytest.raises(SentenceError, match=r"^sentence 2 has 5000 tokens"):  # blanks counted
+        translator.translate(["Mann", " ", "Mann " * 5000])
+    with pytest.raises(ValueError, match="^sentence 0 is empty: there is nothing to translate$"):
+        translator.attention(" ")  # a drawing needs a sentence
 
 
 @pytest.mark.parametrize(
     "settings, message",
     [
-        ({"beam_size": 0}, "beam_size must be a whole number at least 1, got 0"),
-        ({"beam_size": True}, "beam_size must be a whole number at least 1, got True"),
-        ({"max_extra": -1}, "max_extra must be a whole number at least 0, got -1"),
-        ({"batch_size": 2.0}, "batch_size must be a whole number at least 1, got 2.0"),
-        ({"alpha": -0.5}, "alpha must be a finite number at least 0, got -0.5"),
-        ({"alpha": float("nan")}, "alpha must be a finite number at least 0, got nan"),
-        ({"alpha": float("inf")}, "alpha must be a finite number at least 0, got inf"),
+        ({"beam_size": 0}, "beam_size must be at least 1, got beam_size=0"),
+        ({"beam_size": True}, "beam_size must be a whole number, got beam_size=True"),
+        ({"max_extra": -1}, "max_extra must be at least 0, got max_extra=-1"),
+        ({"batch_size": 2.0}, "batch_size must be a whole number, got batch_size=2.0"),
+        ({"batch_size": 0}, "batch_size must be at least 1, got batch_size=0"),
+        ({"nbest": 0}, "nbest must be at least 1, got nbest=0"),
+        ({"alpha": -0.5}, "alpha must be at least 0, got alpha=-0.5"),
+        ({"alpha": float("nan")}, "alpha must be a finite number, got alpha=nan"),
+        ({"alpha": float("inf")}, "alpha must be a finite number, got alpha=inf"),
+        ({"allow_unk": 1}, "allow_unk must be true or false, got allow_unk=1"),
     ],
-    ids=["beam-0", "beam-bool", "max-extra", "batch-float", "alpha-negative", "nan", "inf"],
+    ids=[
+        "beam-0",
+        "beam-bool",
+        "max-extra",
+        "batch-float",
+        "batch-0",
+        "nbest-0",
+        "alpha-negative",
+        "nan",
+        "inf",
+        "unk-int",
+    ],
 )
 def test_search_refuses_what_it_cannot_do(settings: dict, message: str) -> None:
-    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+    with pytest.raises(ChoiceError, match=f"^{re.escape(message)}$"):
         Search(**settings)
 
 
-def test_nbest_asks_for_at_most_the_beam(translator: Translator) -> None:
-    assert GREEDY == Search() and (GREEDY.beam_size, GREEDY.alpha, GREEDY.max_extra) == (1, 0.6, 50)
-    for n, beam_size in ((2, 1), (4, 3), (0, 3)):
-        with pytest.raises(ValueError, match=f"n={n} must be from 1 to beam_size={beam_size}"):
-            translator.nbest(SOURCES, Search(beam_size=beam_size), n=n)
+@pytest.mark.parametrize("nbest, beam_size", [(2, 1), (4, 3)])
+def test_nbest_is_at_most_the_beam_a_usage_error(nbest: int, beam_size: int) -> None:
+    message = (
+        f"nbest={nbest} needs beam_size={nbest} or more: a beam of {beam_size} ends with at "
+        f"most {beam_size} translations"
+    )
+    with pytest.raises(ChoiceError, match=f"^{re.escape(message)}$"):
+        Search(beam_size=beam_size, nbest=nbest)
+    assert Search(beam_size=nbest, nbest=nbest).nbest == nbest  # as many as the beam: fine
+
+
+def test_search_s_defaults_and_flags_are_declared_once() -> None:
+    "What the command line builds its flags from: defaults, help, flag names; the paper's alpha."
+    assert GREEDY == Search()
+    assert (GREEDY.beam_size, GREEDY.alpha, GREEDY.nbest, GREEDY.max_extra) == (1, 0.6, 1, 50)
+    assert (GREEDY.allow_unk, GREEDY.batch_size) == (False, 128)
+    meta = {f.name: f.metadata for f in dataclasses.fields(Search)}
+    flagged = {name for name, m in meta.items() if m["help"]}
+    assert flagged == {"beam_size", "alpha", "nbest", "allow_unk"}  # max_extra, batch_size: none
+    assert meta["beam_size"]["flag"] == "--beam" and meta["nbest"]["metavar"] == "K"
+    assert "0.6" not in meta["alpha"]["help"]  # the number is the default's, in one place
+    assert check_setting(Search, "alpha", 1.0) == 1.0
+    with pytest.raises(ChoiceError, match="beam_size must be at least 1"):
+        check_setting(Search, "beam_size", 0)
+
+
+def test_the_search_s_nbest_is_how_many_come_back(translator: Translator) -> None:
+    for beam_size, nbest in ((1, 1), (3, 1), (3, 2), (3, 3)):
+        found = translator.nbest(SOURCES, replace(SHORT, beam_size=beam_size, nbest=nbest))
+        assert [len(best) for best in found] == [nbest] * len(SOURCES)
 
 
 # =========================================================================== 3. from a checkpoint
@@ -241,6 +302,8 @@ def test_a_translator_from_a_checkpoint(tiny_checkpoint: Path) -> None:
     assert translator.tgt_vocab.itos == ckpt.tgt_vocab.itos
     assert isinstance(translator.src_tokenizer, SpacyTokenizer)
     assert (translator.src_tokenizer.lang, translator.tgt_tokenizer.lang) == ("de", "en")
+    assert translator.config == ckpt.config and translator.engine == "pytorch"
+    assert translator.parameters == count_parameters(translator.model)
     for name, value in translator.model.state_dict().items():
         assert torch.equal(value, ckpt.model[name]), name
     from_record = Translator.from_checkpoint(ckpt, device="cpu")
@@ -288,66 +351,113 @@ def test_bleu_scores() -> None:
     assert "tokenized" not in str(pieces)
 
 
-# =========================================================================== 5. the layering
-def layering(doc: str | None = None) -> list[str]:
-    "The modules in their layering order: the docstring's first list of `annotated_transformer.X`."
-    names = []
-    for line in (doc or annotated_transformer.__doc__).splitlines():
-        found = re.match(r"- `annotated_transformer\.(\w+)`", line)
-        if found:
-            names.append(found.group(1))
-        elif names:  # the list has ended (a later one, "Modules:", is in another order)
-            break
-    return names
+# ========================================================== 5. Translating, evaluate and its report
+def test_the_translator_is_translating_and_gets_its_methods_from_it(translator: Translator) -> None:
+    assert isinstance(translator, Translating) and Translating in Translator.__mro__
+    assert Translator.translate is Translating.translate  # written once, in the Protocol
+    assert Translator.detokenize is Translating.detokenize and Translator.bleu is Translating.bleu
+    assert not isinstance(object(), Translating)
 
 
-def imported_modules(source: str) -> set[str]:
-    "The package's modules a module's source imports: `from .x import` or `from package.x import`."
-    imported = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            if node.level == 1:
-                imported.add(node.module.split(".")[0])
-            elif node.module.startswith("annotated_transformer."):
-                imported.add(node.module.split(".")[1])
-        elif isinstance(node, ast.ImportFrom) and node.level == 1:  # from . import x
-            imported.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.startswith("annotated_transformer."):
-                    imported.add(alias.name.split(".")[1])
-    return imported
+class Reversed(Translating):
+    "A translator whose one translation of a sentence is its words reversed: only `nbest` written."
+
+    tgt_tokenizer, config, parameters = SpacyTokenizer("en"), None, 0
+
+    def nbest(self, sentences, search=GREEDY, progress=False):
+        return [[(s.split()[::-1], -1.0)] if s.strip() else [] for s in sentences]
 
 
-def test_the_layering_lists_every_module_once() -> None:
-    order = layering()
-    package = Path(annotated_transformer.__file__).parent
-    modules = {p.stem for p in package.glob("*.py")} - {"__init__", "_modidx"}
-    assert sorted(order) == sorted(modules), "the docstring's list is not the package's modules"
-    assert order[0] == "model" and order[-1] == "cli"
-
-
-def test_no_module_imports_upward() -> None:
-    "Each module imports only from the modules above it in the package docstring's list."
-    order = layering()
-    package = Path(annotated_transformer.__file__).parent
-    for rank, name in enumerate(order):
-        imported = imported_modules((package / f"{name}.py").read_text())
-        above = imported & set(order[rank:])
-        assert not above, f"{name} imports {sorted(above)}, which are not above it"
-
-
-def test_the_layering_check_can_fail() -> None:
-    "The order is the first list's; an import of a later module, written any way, is found."
-    doc = (
-        "Title.\n\n- `annotated_transformer.b` (B)\n- `annotated_transformer.a`: A\n\nModules:\n\n"
+def test_a_new_translator_writes_nbest_and_gets_the_rest() -> None:
+    echo = Reversed()
+    assert isinstance(echo, Translating) and echo.engine == "pytorch"  # the Protocol's default
+    assert echo.translate(["b a", " "]) == [["a", "b"], []]
+    assert echo.detokenize(["A", "dog", "."]) == "A dog."
+    assert echo.bleu([". ball a sees man A"], ["A man sees a ball."]).sacrebleu == pytest.approx(
+        100
     )
-    assert layering(doc + "- `annotated_transformer.a`: A\n- `annotated_transformer.b`: B") == [
-        "b",
-        "a",
-    ]
-    assert imported_modules("from .trainer import train") == {"trainer"}
-    assert imported_modules("from annotated_transformer.cli import main") == {"cli"}
-    assert imported_modules("import annotated_transformer.data as data") == {"data"}
-    assert imported_modules("from . import runs\nimport torch") == {"runs"}
-    assert imported_modules("from torch.nn import Module") == set()
+
+
+def test_evaluate_aligns_blank_lines_and_reports_its_settings(translator: Translator) -> None:
+    sources, references = [SOURCES[0], "", SOURCES[1]], [REFERENCES[0], "", REFERENCES[1]]
+    search = replace(SHORT, beam_size=3)
+    result = evaluate(translator, sources, references, search, name="toy")
+    assert isinstance(result, Evaluation)
+    best = translator.translate(SOURCES[:2], search)
+    assert result.hypotheses == [best[0], [], best[1]]
+    assert result.scores == bleu(result.hypotheses, references, translator.tgt_tokenizer)
+    assert result.settings == {
+        "data": "toy",
+        "sentences": 3,
+        "checkpoint": None,
+        "arch": None,  # a translator built by hand knows no run
+        "parameters": count_parameters(translator.model),
+        "engine": "pytorch",
+        "beam": 3,
+        "alpha": 0.6,
+        "average_last": None,
+        "allow_unk": False,
+    }
+    assert str(result) == f"toy (3 sentences, beam 3, alpha 0.6): {result.scores}"
+    report = result.to_dict()
+    assert list(report)[: len(result.scores.fields)] == list(result.scores.fields)
+    assert report["tokenized_lowercase"] == result.scores.tokenized_lowercase
+    assert json.loads(json.dumps(report)) == report  # the command line prints it as JSON
+    loaded = replace(result, settings={**result.settings, "allow_unk": True}).loaded_from(
+        Path("runs/x/last.pt"), 5
+    )
+    assert (loaded.settings["checkpoint"], loaded.settings["average_last"]) == ("runs/x/last.pt", 5)
+    assert str(loaded).startswith(
+        "toy (3 sentences, beam 3, alpha 0.6, average of the last 5 epochs, <unk> allowed): "
+    )
+    assert result.settings["checkpoint"] is None  # loaded_from made a new record
+    assert str(evaluate(translator, SOURCES[:1], REFERENCES[:1], SHORT)).startswith(
+        "test (1 sentences, greedy): sacreBLEU"
+    )
+
+
+def test_evaluate_reads_files_and_refuses_a_different_number_of_lines(
+    translator: Translator, tmp_path: Path
+) -> None:
+    src, ref = tmp_path / "test.de", tmp_path / "test.en"
+    src.write_text(f"{SOURCES[0]}\n\n{SOURCES[1]}\n", encoding="utf-8")
+    ref.write_text(f"{REFERENCES[0]}\n\n{REFERENCES[1]}\n", encoding="utf-8")
+    from_files = evaluate(translator, src, ref, SHORT)
+    from_lists = evaluate(
+        translator, [SOURCES[0], "", SOURCES[1]], [REFERENCES[0], "", REFERENCES[1]], SHORT
+    )
+    assert from_files.settings["data"] == "test.de" and from_files.settings["sentences"] == 3
+    assert from_files.hypotheses == from_lists.hypotheses and from_files.scores == from_lists.scores
+    ref.write_text(f"{REFERENCES[0]}\n", encoding="utf-8")
+    message = f"{src} has 3 lines but {ref} has 1: the references must translate the sources line"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        evaluate(translator, src, ref, SHORT)
+    with pytest.raises(ValueError, match="^the sources has 2 lines but the references has 1: "):
+        evaluate(translator, SOURCES[:2], REFERENCES[:1], SHORT)
+
+
+def test_evaluate_names_a_sentence_it_cannot_translate_by_its_line(translator: Translator) -> None:
+    sources = [SOURCES[0], "", "Mann " * 5000]
+    with pytest.raises(ValueError, match=r"^toy, line 3: has 5000 tokens, too long for this model"):
+        evaluate(translator, sources, ["a", "", "b"], name="toy")
+
+
+def test_evaluate_knows_the_run_of_a_translator_from_a_checkpoint(tiny_checkpoint: Path) -> None:
+    translator = Translator.from_checkpoint(tiny_checkpoint)
+    result = evaluate(translator, SOURCES[:2], REFERENCES[:2])
+    assert result.settings["arch"] == "transformer"
+    assert result.settings["parameters"] == count_parameters(translator.model)
+
+
+def test_source_tokens_skip_blank_sentences_and_refuse_long_ones() -> None:
+    tokenizer = SpacyTokenizer("de")
+    found = source_tokens(tokenizer, ["Ein Mann.", "", " ", "Ein Hund im Park."], 60, 50)
+    assert found == {0: ["Ein", "Mann", "."], 3: ["Ein", "Hund", "im", "Park", "."]}
+    assert source_tokens(tokenizer, ["Ein Hund im Park."], 60, 53) == {
+        0: ["Ein", "Hund", "im", "Park", "."]
+    }
+    with pytest.raises(
+        SentenceError, match=r"^sentence 3 has 5 tokens, .* \(at most 4\)$"
+    ) as error:
+        source_tokens(tokenizer, ["Ein Mann.", "", " ", "Ein Hund im Park."], 60, 54)
+    assert (error.value.index, error.value.reason.split()[:3]) == (3, ["has", "5", "tokens,"])

@@ -29,6 +29,7 @@ from synthetic import synthetic_pairs
 
 from annotated_transformer.cli import main
 from annotated_transformer.config import RuntimeOptions, TrainConfig
+from annotated_transformer.data import InMemory
 from annotated_transformer.model import KINDS, ModelConfig, attention_weights
 from annotated_transformer.trainer import train
 from annotated_transformer.translation import AttentionMaps, Translator
@@ -58,7 +59,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     train(
         out,
         config,
-        pairs={"train": pairs[:160], "val": pairs[160:176]},
+        corpus=InMemory(train=pairs[:160], val=pairs[160:176]),
         options=RuntimeOptions(progress=False),
         log=lambda _: None,
     )
@@ -87,7 +88,7 @@ def test_the_first_encoder_layer_matches_a_computation_by_hand(norm_first: bool)
         x = model.src_embed(src)  # (1, S, D)
         x = layer.sublayer[0].norm(x) if norm_first else x  # what the attention sees
         attn = layer.self_attn
-        q, k = attn.split_heads(attn.w_q(x)), attn.split_heads(attn.w_k(x))  # (1, h, S, d_k)
+        q, k, _ = attn.heads(x, x, x)  # (1, h, S, d_k)
         expected = (q @ k.transpose(-2, -1) / math.sqrt(attn.d_k)).softmax(-1)[0]  # (h, S, S)
     torch.testing.assert_close(weights["encoder"][0], expected, atol=1e-6, rtol=1e-5)
 

@@ -2,9 +2,10 @@
 which we cannot assume. The command-line reference stays in its chapter, which the page links.
 
 Markdown cells are copied (links made relative to the repository root); visible code cells become
-Python blocks followed by their output; `#| echo: false` cells give their output alone; an SVG
-output is written to nbs/images/ and linked. `#| hide` cells are left out. tools/test.sh runs this
-and fails if README.md or an image changed, so they never drift from the notebooks.
+Python blocks followed by their output; `#| echo: false` cells give their output alone; a cell
+that shows a committed figure (`SVG(filename="images/NAME.svg")`) links that file, and any other
+SVG output is written to nbs/images/ and linked. `#| hide` cells are left out. tools/test.sh runs
+this and fails if README.md or an image changed, so they never drift from the notebooks.
 """
 
 from __future__ import annotations
@@ -58,7 +59,11 @@ def cell_markdown(cell: nbformat.NotebookNode, image_stem: str) -> str | None:
         return re.sub(r"\]\((\w+\.ipynb)", r"](nbs/\1", text)  # links from the repository root
     if cell.cell_type != "code":
         return None
-    shown = outputs_markdown(cell, image_stem)
+    figure = re.search(r'SVG\(filename="(images/[\w.-]+\.svg)"\)', cell.source)
+    if figure:  # a figure tools/diagrams.py drew: linked where it is, not copied
+        shown = [f"![](nbs/{figure.group(1)})"]
+    else:
+        shown = outputs_markdown(cell, image_stem)
     if not directive(cell, "echo: false"):
         shown.insert(0, f"```python\n{without_directives(cell.source)}\n```")
     return "\n\n".join(shown) or None

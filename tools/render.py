@@ -311,9 +311,10 @@ def page(body: str, pages: list[tuple[str, str]], current: int, nb_path: Path) -
 
 
 def install_assets(out: Path) -> None:
-    "The stylesheet, script, badge and KaTeX beside the pages."
+    "The stylesheet, script, badge, KaTeX and the book's figures (nbs/images) beside the pages."
     for name in ("book.css", "book.js", "colab-badge.svg"):
         shutil.copyfile(BOOK / name, out / name)
+    shutil.copytree(NBS / "images", out / "images", dirs_exist_ok=True)
     install_katex(out)
 
 

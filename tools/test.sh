@@ -25,7 +25,7 @@ fi
 
 echo "== ruff: every code line within 100 columns, and formatted"
 # The notebooks are the source of the exported modules; the rest of the package is written by hand.
-sources=(nbs tests tools benchmarks annotated_transformer/{cli,_chapters,_diagrams}.py)
+sources=(nbs tests tools benchmarks annotated_transformer/{cli,_chapters}.py)
 ruff check "${sources[@]}"
 ruff format --check "${sources[@]}"
 

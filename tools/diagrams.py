@@ -1,34 +1,59 @@
-"""The book's pictures as self-contained SVG, drawn from plain values (a model's N, d_model, h...).
+"""Draw the book's diagrams with matplotlib and write them as SVG into nbs/images/.
 
-Hand-written (not exported from a notebook) and private, like `_chapters`: the library does not
-need it; the chapters show its figures (the model, attention, the masks, a padded batch, a beam).
-Every public function returns SVG text: no scripts, fonts, links or ids (so several figures can
-be inlined in one HTML page), a viewBox sized for an ~820 px book column with text of 12 px or more
-at that width, light fills that print well, and a <title>, role="img" and aria-label for screen
-readers.
+The chapters show the committed files (an `#| echo: false` cell displays each); this tool is how
+they are made, from the configuration they depict: Figure 1 and Figure 2 from the base preset's
+N, d_model, h, d_ff, the masks from the library's own `subsequent_mask` and `Batch`.
+
+    python tools/diagrams.py           # write nbs/images/*.svg
+    python tools/diagrams.py --check   # exit 1, naming them, if a committed file differs
+
+Every figure is laid out in px for an 820 px book column (1 unit = 1 pt = 1 px at that width; text
+of 12 px or more), with light fills that print well. The SVG keeps its text as text (searchable,
+crisp at any zoom) and is byte-for-byte reproducible (no date, a fixed hash salt), with a <title>,
+role="img" and an aria-label for screen readers.
 """
 
 from __future__ import annotations
 
+import argparse
+import io
 import math
+import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from xml.sax.saxutils import escape
 
-__all__ = [
-    "figure1",
-    "figure2_scaled_dot_product",
-    "figure2_multi_head",
-    "masks",
-    "padded_batch",
-    "beam",
-    "DEFAULT_BEAM_STEPS",
-    "DEFAULT_BEAM_SOURCE",
-]
+import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
+from matplotlib.patches import Circle, FancyBboxPatch, Polygon
+from matplotlib.textpath import TextToPath
+from matplotlib.transforms import Bbox
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the library, run from a checkout
+import torch  # noqa: E402
+
+from annotated_transformer.batching import Batch  # noqa: E402
+from annotated_transformer.config import preset  # noqa: E402
+from annotated_transformer.model import subsequent_mask  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+IMAGES = ROOT / "nbs" / "images"
 COLUMN = 820  # book column width in px: figures are laid out 1:1 at this width
-MARGIN = 10  # white space kept around the drawing when the viewBox is fitted to it
-FONT = "system-ui, -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif"
+PAD = 0  # the padding id of the masks figure's decoder input
+MARGIN = 10  # white space kept around the drawing
+SCRATCH = 2000  # height of the page a figure is drawn on before it is cut to its drawing
+STYLE = {
+    "svg.fonttype": "none",  # text stays text: the browser sets it, crisp and searchable
+    "svg.hashsalt": "annotated-transformer",  # ids the same on every run
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans"],  # the layout's metrics: the widest common sans-serif
+    "lines.scale_dashes": False,  # dash lengths in px, whatever the line width
+    "text.parse_math": False,  # a "$" is a dollar
+}
 TEXT = "#1f2937"
 MUTED = "#4b5563"
 LINE = "#374151"
@@ -56,112 +81,51 @@ Point = tuple[float, float]
 BeamStep = Sequence[tuple[str, int, float, bool]]
 
 
-# --------------------------------------------------------------------------- layout helpers
+# --------------------------------------------------------------------------- the canvas
 
 
 @dataclass(frozen=True)
 class Box:
-    """An axis-aligned rectangle in drawing units, with the anchor points arrows attach to."""
+    """An axis-aligned rectangle in px, with the anchor points arrows attach to."""
 
     x: float
     y: float
     w: float
     h: float
 
-    @property
-    def left(self) -> float:
-        """Left edge."""
-        return self.x
-
-    @property
-    def right(self) -> float:
-        """Right edge."""
-        return self.x + self.w
-
-    @property
-    def top(self) -> float:
-        """Top edge."""
-        return self.y
-
-    @property
-    def bottom(self) -> float:
-        """Bottom edge."""
-        return self.y + self.h
-
-    @property
-    def cx(self) -> float:
-        """Horizontal centre."""
-        return self.x + self.w / 2
-
-    @property
-    def cy(self) -> float:
-        """Vertical centre."""
-        return self.y + self.h / 2
-
-
-def _num(v: float) -> str:
-    """A coordinate or value without trailing zeros (12.0 -> '12', 0.50 -> '0.5')."""
-    s = f"{v:.2f}".rstrip("0").rstrip(".")
-    return "0" if s == "-0" else s
-
-
-def _attr(v: str) -> str:
-    """Escape text for a double-quoted XML attribute."""
-    return escape(v, {'"': "&quot;"})
-
-
-# Advance widths in em, close to DejaVu Sans: the widest common sans-serif (Linux's default) sets
-# the layout, so a label that fits by this estimate also fits in Helvetica, Arial or Segoe UI.
-_EM: dict[str, float] = {
-    **dict.fromkeys("ijl'|", 0.28),
-    **dict.fromkeys(" .,:;!·", 0.32),
-    **dict.fromkeys("ft()[]{}", 0.4),
-    **dict.fromkeys("rsz", 0.53),
-    **dict.fromkeys("cvxyk", 0.6),
-    **dict.fromkeys("mMW…", 1.0),
-    "w": 0.82,
-    "_": 0.5,
-}
+    left = property(lambda self: self.x)
+    right = property(lambda self: self.x + self.w)
+    top = property(lambda self: self.y)
+    bottom = property(lambda self: self.y + self.h)
+    cx = property(lambda self: self.x + self.w / 2)
+    cy = property(lambda self: self.y + self.h / 2)
 
 
 def text_width(s: str, size: float, bold: bool = False) -> float:
-    """Estimated rendered width in px of s at font size `size` (errs on the wide side)."""
-    em = 0.0
-    for ch in s:
-        if ch in _EM:
-            em += _EM[ch]
-        elif ch.isdigit():
-            em += 0.64
-        elif ch.isupper():
-            em += 0.76
-        elif ch.isalpha():
-            em += 0.64
-        else:
-            em += 0.84  # symbols: × → √ ≤ = + < > & −
-    return em * size * (1.15 if bold else 1.0)
-
-
-def _plain(s: str) -> str:
-    """The characters a label shows once the ^{superscript} markup is removed."""
-    return s.replace("^{", "").replace("}", "")
+    """Width in px of s set at `size` px in the layout's font (matplotlib's own measure)."""
+    font = FontProperties(family=STYLE["font.sans-serif"], size=size)
+    font.set_weight("bold" if bold else "normal")
+    return TextToPath().get_text_width_height_descent(s, font, ismath=False)[0]
 
 
 class Canvas:
-    """Collects SVG elements and the extent they cover, so the viewBox always fits the drawing."""
+    """A figure one column wide in px, y pointing down; the SVG is cut to what was drawn."""
 
     def __init__(self, title: str, label: str, width: float = COLUMN) -> None:
-        self.title = title
-        self.label = label
-        self.back: list[str] = []  # frames drawn behind everything else
-        self.front: list[str] = []
-        self.width = float(width)
-        # Extent of everything drawn so far, grown by each element.
-        self.x0, self.y0, self.x1, self.y1 = math.inf, math.inf, -math.inf, -math.inf
+        self.title, self.label, self.width = title, label, float(width)
+        with matplotlib.rc_context(STYLE):
+            self.fig = Figure(figsize=(width / 72, SCRATCH / 72), dpi=72, facecolor="white")
+        FigureCanvasAgg(self.fig)  # a renderer to measure text with
+        self.ax = self.fig.add_axes((0, 0, 1, 1))
+        self.ax.set_axis_off()
+        self.ax.set_xlim(0, width)
+        self.ax.set_ylim(SCRATCH, 0)
 
-    def _grow(self, x0: float, y0: float, x1: float, y1: float) -> None:
-        """Widen the covered extent to include a rectangle."""
-        self.x0, self.y0 = min(self.x0, x0), min(self.y0, y0)
-        self.x1, self.y1 = max(self.x1, x1), max(self.y1, y1)
+    def _add(self, artist, back: bool = False):
+        """Add a patch, drawn in the order added (frames, `back`, behind everything)."""
+        artist.set(zorder=0 if back else 1, clip_on=False)
+        self.ax.add_artist(artist)
+        return artist
 
     def rect(
         self,
@@ -177,15 +141,11 @@ class Canvas:
         stroke: str | None = None,
     ) -> Box:
         """A filled rounded rectangle in the palette colours of `kind` (stroke overridable)."""
-        fill, stroke = PALETTE[kind][0], stroke or PALETTE[kind][1]
-        dash = ' stroke-dasharray="5 4"' if dashed else ""
-        el = (
-            f'<rect x="{_num(x)}" y="{_num(y)}" width="{_num(w)}" height="{_num(h)}" '
-            f'rx="{_num(rx)}" fill="{fill}" stroke="{stroke}" '
-            f'stroke-width="{_num(stroke_width)}"{dash}/>'
-        )
-        (self.back if back else self.front).append(el)
-        self._grow(x - stroke_width, y - stroke_width, x + w + stroke_width, y + h + stroke_width)
+        fill, edge = PALETTE[kind][0], stroke or PALETTE[kind][1]
+        style = f"round,pad=0,rounding_size={rx}" if rx else "square,pad=0"
+        patch = FancyBboxPatch((x, y), w, h, boxstyle=style, facecolor=fill, edgecolor=edge)
+        patch.set(linewidth=stroke_width, linestyle=(0, (5, 4)) if dashed else "-")
+        self._add(patch, back)
         return Box(x, y, w, h)
 
     def text(
@@ -201,22 +161,33 @@ class Canvas:
         vertical: bool = False,
     ) -> None:
         """Text with its baseline at y; `^{...}` marks a superscript; vertical reads upwards."""
-        w = text_width(_plain(s), size, bold)
-        start = {"start": 0.0, "middle": -w / 2, "end": -w}[anchor]
-        attrs = f'x="{_num(x)}" y="{_num(y)}" font-size="{_num(size)}" fill="{fill}"'
-        if anchor != "start":
-            attrs += f' text-anchor="{anchor}"'
-        if bold:
-            attrs += ' font-weight="600"'
-        if italic:
-            attrs += ' font-style="italic"'
-        if vertical:
-            # Rotated a quarter turn anticlockwise about its anchor: runs up, ascenders point left.
-            attrs += f' transform="rotate(-90 {_num(x)} {_num(y)})"'
-            self._grow(x - 0.8 * size, y - start - w, x + 0.25 * size, y - start)
-        else:
-            self._grow(x + start, y - 0.8 * size, x + start + w, y + 0.25 * size)
-        self.front.append(f"<text {attrs}>{_markup(s, size)}</text>")
+        if "^{" in s:  # set piece by piece from the left, superscripts raised, 12 px or more
+            pieces = re.split(r"\^\{([^}]*)\}", s)  # text, superscript, text, ...
+            pieces = [re.sub(r"^ | $", "\u00a0", p) for p in pieces]  # SVG drops edge spaces
+            sizes = [size if i % 2 == 0 else max(12.0, size * 0.8) for i in range(len(pieces))]
+            widths = [text_width(p, z, bold) for p, z in zip(pieces, sizes, strict=True)]
+            x -= {"start": 0.0, "middle": sum(widths) / 2, "end": sum(widths)}[anchor]
+            for i, (piece, piece_size, w) in enumerate(zip(pieces, sizes, widths, strict=True)):
+                rise = 0.35 * size if i % 2 else 0.0
+                self.text(x, y - rise, piece, piece_size, "start", bold, fill, italic)
+                x += w
+            return
+        with matplotlib.rc_context(STYLE):
+            self.ax.text(
+                x,
+                y,
+                s,
+                fontsize=size,
+                color=fill,
+                ha={"start": "left", "middle": "center", "end": "right"}[anchor],
+                va="baseline",
+                fontweight="bold" if bold else "normal",
+                fontstyle="italic" if italic else "normal",
+                rotation=90 if vertical else 0,
+                rotation_mode="anchor",
+                zorder=1,
+                clip_on=False,
+            )
 
     def lines(
         self, cx: float, cy: float, rows: Sequence[str], size: float = 13, fill: str = TEXT
@@ -256,15 +227,17 @@ class Canvas:
         back: bool = False,
     ) -> None:
         """An open polyline through `points`."""
-        pts = " ".join(f"{_num(x)},{_num(y)}" for x, y in points)
-        dash = ' stroke-dasharray="5 4"' if dashed else ""
-        el = (
-            f'<polyline points="{pts}" fill="none" stroke="{color}" '
-            f'stroke-width="{_num(width)}" stroke-linejoin="round"{dash}/>'
-        )
-        (self.back if back else self.front).append(el)
-        xs, ys = [p[0] for p in points], [p[1] for p in points]
-        self._grow(min(xs) - width, min(ys) - width, max(xs) + width, max(ys) + width)
+        with matplotlib.rc_context(STYLE):
+            (drawn,) = self.ax.plot(
+                [p[0] for p in points],
+                [p[1] for p in points],
+                color=color,
+                linewidth=width,
+                linestyle=(0, (5, 4)) if dashed else "-",
+                solid_joinstyle="round",
+                dash_joinstyle="round",
+            )
+        drawn.set(zorder=0 if back else 1, clip_on=False)
 
     def arrow(
         self,
@@ -274,7 +247,7 @@ class Canvas:
         dashed: bool = False,
         both: bool = False,
     ) -> None:
-        """A polyline ending in an arrowhead (drawn as a polygon, so no marker ids are needed)."""
+        """A polyline ending in an arrowhead (both ends if `both`)."""
         pts = list(points)
         pts[-1] = self._head(pts[-2], pts[-1], color, width)
         if both:
@@ -289,9 +262,7 @@ class Canvas:
         length, half = 7 + width, 3.5 + width / 2
         bx, by = x1 - ux * length, y1 - uy * length
         corners = [(x1, y1), (bx - uy * half, by + ux * half), (bx + uy * half, by - ux * half)]
-        pts = " ".join(f"{_num(x)},{_num(y)}" for x, y in corners)
-        self.front.append(f'<polygon points="{pts}" fill="{color}"/>')
-        self._grow(*_extent(corners))
+        self._add(Polygon(corners, closed=True, facecolor=color, edgecolor="none"))
         # Stop the shaft inside the head so a thick line never pokes past the tip.
         return (x1 - ux * length * 0.6, y1 - uy * length * 0.6)
 
@@ -300,11 +271,7 @@ class Canvas:
     ) -> Box:
         """A filled circle; returns its bounding box."""
         fill, stroke = PALETTE[kind]
-        self.front.append(
-            f'<circle cx="{_num(cx)}" cy="{_num(cy)}" r="{_num(r)}" fill="{fill}" '
-            f'stroke="{stroke}" stroke-width="{_num(width)}"/>'
-        )
-        self._grow(cx - r - width, cy - r - width, cx + r + width, cy + r + width)
+        self._add(Circle((cx, cy), r, facecolor=fill, edgecolor=stroke, linewidth=width))
         return Box(cx - r, cy - r, 2 * r, 2 * r)
 
     def add_node(self, cx: float, cy: float, r: float = 10) -> Box:
@@ -317,51 +284,37 @@ class Canvas:
 
     def dot(self, x: float, y: float) -> None:
         """A junction dot where a line branches."""
-        self.front.append(f'<circle cx="{_num(x)}" cy="{_num(y)}" r="3" fill="{LINE}"/>')
-        self._grow(x - 3, y - 3, x + 3, y + 3)
+        self._add(Circle((x, y), 3, facecolor=LINE, edgecolor="none"))
 
     def to_svg(self) -> str:
-        """The finished SVG: the viewBox spans the column width, or more if the drawing does."""
-        x0, y0 = min(0.0, self.x0 - MARGIN), self.y0 - MARGIN
-        w, h = max(self.width, self.x1 + MARGIN) - x0, self.y1 + MARGIN - y0
-        # Background rect: a white page behind the drawing, so it stays legible in dark mode.
-        bg = (
-            f'<rect x="{_num(x0)}" y="{_num(y0)}" width="{_num(w)}" height="{_num(h)}" '
-            'fill="#fff"/>'
-        )
-        head = (
-            f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="{_num(x0)} {_num(y0)} '
-            f'{_num(w)} {_num(h)}" role="img" aria-label="{_attr(self.label)}" '
-            f'style="width:100%;height:auto;max-width:{_num(w)}px" '
-            f'font-family="{_attr(FONT)}">'
-        )
-        body = [f"<title>{escape(self.title)}</title>", f"<desc>{escape(self.label)}</desc>", bg]
-        return "\n".join([head, *body, *self.back, *self.front, "</svg>"]) + "\n"
+        """The finished SVG: as wide as the column (or the drawing), as tall as the drawing."""
+        renderer = self.fig.canvas.get_renderer()
+        drawn = [*self.ax.patches, *self.ax.lines, *self.ax.texts, *self.ax.artists]
+        extent = Bbox.union([a.get_window_extent(renderer) for a in drawn])
+        corners = extent.get_points()  # display px, y up
+        (x0, y1), (x1, y0) = self.ax.transData.inverted().transform(corners)
+        x0, x1 = min(0.0, x0 - MARGIN), max(self.width, x1 + MARGIN)
+        y0, y1 = y0 - MARGIN, y1 + MARGIN
+        self.ax.set_xlim(x0, x1)
+        self.ax.set_ylim(y1, y0)
+        self.fig.set_size_inches((x1 - x0) / 72, (y1 - y0) / 72)
+        out = io.StringIO()
+        with matplotlib.rc_context(STYLE):
+            self.fig.savefig(out, format="svg", metadata={"Date": None, "Creator": None})
+        return accessible(out.getvalue(), self.title, self.label)
 
 
-def _extent(points: Sequence[Point]) -> tuple[float, float, float, float]:
-    """Bounding rectangle (x0, y0, x1, y1) of some points."""
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    return min(xs), min(ys), max(xs), max(ys)
-
-
-def _markup(s: str, size: float) -> str:
-    """Escape s and turn `^{...}` into a raised tspan (kept at 12 px or more)."""
-    rise, sup_size = _num(size * 0.35), _num(max(12.0, size * 0.8))
-    out, opened = [], 0
-    while "^{" in s:
-        before, _, tail = s.partition("^{")
-        sup, _, s = tail.partition("}")
-        out.append(escape(before))
-        out.append(f'<tspan dy="-{rise}" font-size="{sup_size}">{escape(sup)}</tspan>')
-        out.append(f'<tspan dy="{rise}">')  # back down to the baseline for the rest
-        opened += 1
-    return "".join(out) + escape(s) + "</tspan>" * opened
+def accessible(svg: str, title: str, label: str) -> str:
+    """matplotlib's SVG sized in px (one unit a px), with a role, an aria-label and a <title>."""
+    root = re.search(r"<svg [^>]*>", svg).group(0)
+    sized = re.sub(r'(width|height)="([\d.]+)pt"', r'\1="\2"', root)
+    sized = sized[:-1] + f' role="img" aria-label="{escape(label, {chr(34): "&quot;"})}">'
+    return svg.replace(root, f"{sized}\n <title>{escape(title)}</title>", 1)
 
 
 def _fmt(v: float) -> str:
     """A dimension as an integer when it is one (64.0 -> '64', 42.67 -> '42.67')."""
-    return str(int(v)) if float(v).is_integer() else _num(v)
+    return str(int(v)) if float(v).is_integer() else f"{v:.2f}".rstrip("0").rstrip(".")
 
 
 # --------------------------------------------------------------------------- figure 1
@@ -710,14 +663,15 @@ def _mask_panel(
 
 
 def masks(length: int = 6, pad_from: int | None = 4) -> str:
-    """Padding mask, subsequent (causal) mask and their combination as small grids."""
+    """Padding mask, subsequent (causal) mask and their combination, as the library makes them."""
     if length < 1:
         raise ValueError(f"length must be at least 1, got {length}")
     n = length
     pad = n if pad_from is None else max(0, min(pad_from, n))
-    padding = [[j < pad for j in range(n)] for _ in range(n)]
-    causal = [[j <= i for j in range(n)] for i in range(n)]
-    both = [[j < pad and j <= i for j in range(n)] for i in range(n)]
+    tgt = torch.tensor([[1] * pad + [PAD] * (n - pad)])  # (1, n): a decoder input, padded
+    padding = (tgt != PAD).unsqueeze(-2).expand(1, n, n)[0].tolist()  # (n, n) as in Batch
+    causal = subsequent_mask(n)[0].tolist()
+    both = Batch.make_tgt_mask(tgt, PAD)[0].tolist()
     if pad >= n:
         pad_note = "no padding: every key allowed"
     elif pad == n - 1:
@@ -993,3 +947,46 @@ def _beam_legend(
         c.text(20, y + 28, best_text, 13, anchor="start", bold=True)
     if source:
         c.text(20, y + 50, f"Source: {source}", 12, anchor="start", fill=MUTED)
+
+
+# --------------------------------------------------------------------------- the book's figures
+
+
+def book_figures() -> dict[str, str]:
+    """The SVG of every figure the book shows, by file name, drawn from the base configuration."""
+    base = preset("base")
+    return {
+        "figure1.svg": figure1(base.N, base.d_model, base.h, base.d_ff, base.norm_first),
+        "figure2-scaled-dot-product.svg": figure2_scaled_dot_product(),
+        "figure2-multi-head.svg": figure2_multi_head(h=base.h, d_model=base.d_model),
+        "padded-batch.svg": padded_batch(lengths=(7, 5, 9, 3)),
+        "masks.svg": masks(length=6, pad_from=4),
+        "beam.svg": beam(beam_size=3),
+    }
+
+
+def stale(images: Path = IMAGES) -> list[str]:
+    """The figures whose file in `images` is missing or differs from what is drawn now."""
+    return [
+        name
+        for name, svg in book_figures().items()
+        if not (images / name).exists() or (images / name).read_text(encoding="utf-8") != svg
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare instead of writing")
+    if parser.parse_args().check:
+        for name in stale():
+            print(f"nbs/images/{name} differs from what tools/diagrams.py draws: run it")
+        return 1 if stale() else 0
+    IMAGES.mkdir(exist_ok=True)
+    for name, svg in book_figures().items():
+        (IMAGES / name).write_text(svg, encoding="utf-8")
+        print(f"wrote nbs/images/{name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
