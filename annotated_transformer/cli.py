@@ -27,7 +27,7 @@ from annotated_transformer import __version__
 from annotated_transformer.checkpoint import average_last, load_checkpoint
 from annotated_transformer.config import ChoiceError, Choices, RuntimeOptions, TrainConfig
 from annotated_transformer.config import check_setting
-from annotated_transformer.data import ParallelFiles, open_corpus
+from annotated_transformer.data import ParallelFiles, open_corpus, split_pairs
 from annotated_transformer.engines import ENGINES, QUANTIZATIONS, check_loading, check_out
 from annotated_transformer.engines import export_model, load_translator
 from annotated_transformer.model import EncoderDecoder
@@ -181,7 +181,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     if args.src is None:  # a split of the run's corpus, in its languages
         config = translator.config
         corpus = open_corpus(config.corpus, args.data_dir, (config.src_lang, config.tgt_lang))
-        pairs = corpus.pairs(name := args.split or corpus.test_splits[0])
+        name, pairs = split_pairs(corpus, args.split)
         sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     result = evaluate(translator, sources, references, search, name, args.progress is not False)
     if args.output is not None:

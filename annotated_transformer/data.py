@@ -35,8 +35,8 @@ from .config import ChoiceError
 __all__ = ['MULTI30K_URL', 'SPLITS', 'SHA256', 'DATA_DIR_ENV', 'STAMP_FILE', 'Log', 'CORPORA', 'SPECIALS', 'split_files',
            'cache_dir', 'download', 'sha256_of_file', 'file_sha256', 'cached_download', 'languages_in',
            'multi30k_paths', 'read_lines', 'load_multi30k', 'read_parallel', 'Corpus', 'Multi30k', 'ParallelFiles',
-           'InMemory', 'open_corpus', 'Tokenizer', 'join_words', 'SpacyTokenizer', 'load_tokenizers', 'Vocab',
-           'EncodedPairs', 'encode_pairs']
+           'InMemory', 'open_corpus', 'split_pairs', 'Tokenizer', 'join_words', 'SpacyTokenizer', 'load_tokenizers',
+           'Vocab', 'EncodedPairs', 'encode_pairs']
 
 # %% ../nbs/11_data.ipynb #d6f3bf26
 MULTI30K_URL = (
@@ -418,6 +418,17 @@ def open_corpus(
             "(your own data: pass its files or pairs)"
         )
     return CORPORA[name](data_dir=data_dir, langs=langs)
+
+# %% ../nbs/11_data.ipynb #6229e985
+def split_pairs(
+    corpus: Corpus, split: str | None = None, log: Log = print
+) -> tuple[str, list[tuple[str, str]]]:
+    "A split's name and pairs: `split`, or the corpus's first test split."
+    known = ("train", "val", *corpus.test_splits)
+    split = split or (corpus.test_splits or (None,))[0]
+    if split not in known:
+        raise ChoiceError(f"split {split!r}: {corpus.name} has {', '.join(known)}")
+    return split, corpus.pairs(split, log)
 
 # %% ../nbs/11_data.ipynb #6417a010
 @runtime_checkable

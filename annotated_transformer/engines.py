@@ -500,6 +500,8 @@ def check_loading(
 ) -> str:
     "The engine that runs `path`'s model, once what cannot be loaded is refused (`ChoiceError`)."
     path, exported = Path(path), is_exported(path)
+    if average_last is not None and average_last < 1:
+        raise ChoiceError(f"average_last must be at least 1, got average_last={average_last}")
     if engine not in (None, *ENGINES):
         raise ChoiceError(f"engine {engine!r}: choose one of {', '.join(ENGINES)}")
     if exported and engine == "pytorch":

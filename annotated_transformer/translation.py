@@ -20,10 +20,8 @@ from .decoding import ALPHA
 from .model import EncoderDecoder
 from .recurrent import RecurrentEncoderDecoder
 
-Scored = tuple[list[str], float]  # a translation's target tokens and its score
-
 # %% auto #0
-__all__ = ['Scored', 'GREEDY', 'Search', 'Translating', 'Translator', 'BleuScores', 'bleu', 'AttentionMaps', 'check_kind', 'SentenceError', 'source_tokens', 'Evaluation', 'evaluate']
+__all__ = ['GREEDY', 'Scored', 'Search', 'Translating', 'Translator', 'BleuScores', 'bleu', 'AttentionMaps', 'check_kind', 'SentenceError', 'source_tokens', 'Evaluation', 'evaluate']
 
 # %% ../nbs/06_translation.ipynb #4fbe9370
 @dataclass(frozen=True)
@@ -55,6 +53,9 @@ class Search:
 
 
 GREEDY = Search()
+
+# %% ../nbs/06_translation.ipynb #676236eb
+Scored = tuple[list[str], float]  # a translation's target tokens and its score
 
 # %% ../nbs/06_translation.ipynb #7a1e0c01
 @runtime_checkable

@@ -28,7 +28,7 @@ from torch._dynamo.utils import counters
 
 from annotated_transformer.config import preset
 from annotated_transformer.losses import LabelSmoothing, sequence_loss
-from annotated_transformer.training import noam_optimizer, train_epoch
+from annotated_transformer.training import EpochOptions, Updates, noam_optimizer, train_epoch
 from bench_gpu_training import wmt_like_batches
 from common import PAD
 
@@ -85,7 +85,8 @@ def main() -> None:
     optimizer, scheduler = noam_optimizer(model, config.d_model, 1.0, 400)
     compiled = torch.compile(model, backend=args.backend)
     start = time.perf_counter()
-    train_epoch(batches, compiled, loss_fn, optimizer, scheduler, progress=False)
+    updates = Updates(optimizer, scheduler)
+    train_epoch(batches, compiled, loss_fn, updates, options=EpochOptions(progress=False))
     seconds = time.perf_counter() - start
     graphs = counters["stats"]["unique_graphs"]
     print(f"training on {len(batches)} batches: {graphs} graphs compiled, {seconds:.1f} s")

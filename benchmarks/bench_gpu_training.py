@@ -47,7 +47,7 @@ from annotated_transformer.distributed import (
 )
 from annotated_transformer.losses import FusedLabelSmoothing, LabelSmoothing, sequence_loss
 from annotated_transformer.model import count_parameters
-from annotated_transformer.training import noam_optimizer, train_epoch
+from annotated_transformer.training import EpochOptions, Updates, noam_optimizer, train_epoch
 from common import PAD, compare, profile_round, torch_transformer_steps
 
 
@@ -153,16 +153,9 @@ def main() -> None:
         )
 
         def run() -> int:
-            train_epoch(
-                steps,
-                trained,
-                loss_fn,
-                optimizer,
-                scheduler,
-                max_grad_norm=1.0,
-                progress=False,
-                autocast_dtype=PRECISIONS[precision],
-            )
+            updates = Updates(optimizer, scheduler, max_grad_norm=1.0)
+            options = EpochOptions(progress=False, autocast_dtype=PRECISIONS[precision])
+            train_epoch(steps, trained, loss_fn, updates, options=options)
             # train_epoch reads the losses back after its last step:
             # the GPU has finished when it returns
             return tokens_per_round

@@ -44,7 +44,7 @@ from annotated_transformer.losses import (
     smoothed_targets,
 )
 from annotated_transformer.model import ModelConfig, MultiHeadedAttention
-from annotated_transformer.training import noam_optimizer, train_epoch
+from annotated_transformer.training import EpochOptions, Updates, noam_optimizer, train_epoch
 from common import PAD, compare, make_batches, profile_round, torch_transformer_steps
 
 
@@ -102,9 +102,9 @@ def main() -> None:
         optimizer, scheduler = noam_optimizer(model, cfg.d_model, warmup=4000)
 
         def run() -> int:
-            train_epoch(
-                batches, model, loss_fn, optimizer, scheduler, progress=False, read_every=read_every
-            )
+            updates = Updates(optimizer, scheduler)
+            options = EpochOptions(progress=False, read_every=read_every)
+            train_epoch(batches, model, loss_fn, updates, options=options)
             return sum(b.ntokens for b in batches)
 
         return run

@@ -477,6 +477,22 @@ def test_warnings_are_one_line_in_the_console(
     )
 
 
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--split", "dev"], "split 'dev': multi30k has train, val, test2016"),
+        (["--average-last", "0"], "average_last must be at least 1, got average_last=0"),
+    ],
+    ids=["unknown-split", "average-none"],
+)
+def test_evaluate_refuses_a_split_or_average_it_cannot_have(
+    tiny_checkpoint: Path, synthetic_corpus: Path, flags: list[str], message: str, capsys
+) -> None:
+    argv = ["evaluate", "--checkpoint", str(tiny_checkpoint), "--data-dir", str(synthetic_corpus)]
+    assert main([*argv, *flags, "--quiet"]) == 2
+    assert capsys.readouterr().err == f"annotated-transformer evaluate: error: {message}\n"
+
+
 # ======================================================================= 7. flags made from records
 RECORDS = {"train": (Choices, TrainConfig, RuntimeOptions), "translate": (Search,)}
 

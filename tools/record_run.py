@@ -39,7 +39,7 @@ def unknown_sentences(ckpt: RunCheckpoint, sources: list[str]) -> int:
 def scores(last: Translator, run: Path, sources: list[str], references: list[str]) -> dict:
     "test2016 sacreBLEU of the run's last epoch, greedy and beam 4, and of its averaged weights."
     averaged = Translator.from_checkpoint(average_last(run / "last.pt", PAPER_AVERAGE))
-    beam = Search(beam_size=4, alpha=0.6)
+    beam = Search(beam_size=4)
     return {
         "greedy": last.bleu(sources, references).sacrebleu,
         "beam 4, alpha 0.6": last.bleu(sources, references, beam).sacrebleu,
