@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,3 +51,12 @@ def test_the_report_names_functions_with_many_parameters(structure) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert f"functions with more than {structure.MAX_PARAMETERS} parameters" in done.stdout
+
+
+def test_the_change_plans_name_tests_that_exist() -> None:
+    "Each plan CONTRIBUTING.md says is carried out names a test function that exists."
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    named = re.findall(r"`(tests/test_\w+\.py)::(\w+)`", " ".join(text.split()))
+    assert len(named) >= 3, named  # the CLI option, the data set, rotary positions
+    for path, name in named:
+        assert f"\ndef {name}(" in (ROOT / path).read_text(encoding="utf-8"), (path, name)
