@@ -42,14 +42,14 @@ class DistributedSetup:
 # %% ../nbs/17_distributed.ipynb #7a38207a
 def setup_distributed(
     backend: str | None = None,  # "nccl" (GPUs) or "gloo" (CPUs); chosen from the device if None
-    device: str | None = None,  # "cuda" or "cpu"; "cuda" when available
+    device: str | None = None,  # "cuda", "cuda:N" or "cpu"; "cuda" when available
     timeout_minutes: float = 30.0,  # how long a collective waits for a process that does not come
 ) -> DistributedSetup:
     "Join the process group torchrun describes in the environment; without one, set up one process."
     kind = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")).type
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
-        return DistributedSetup(0, 0, 1, torch.device(kind), None)
+        return DistributedSetup(0, 0, 1, torch.device(device or kind), None)  # cuda:1 kept
     local_rank = int(os.environ["LOCAL_RANK"])
     if kind == "cuda":
         if local_rank >= torch.cuda.device_count():

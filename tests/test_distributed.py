@@ -317,6 +317,15 @@ def test_precision_and_backend_left_to_the_machine_are_resolved_when_a_run_start
     assert (resolved.compile, resolved.keep_epochs) == (True, 2)  # the rest as given
 
 
+def test_a_run_alone_keeps_the_gpu_it_was_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    "--device cuda:1 without torchrun trains on GPU 1, not on the first GPU."
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    setup, options = start_runtime(RuntimeOptions(device="cuda:1"))
+    assert (str(setup.device), options.device) == ("cuda:1", "cuda:1")
+
+
 def test_the_command_line_leaves_the_precision_to_the_run_as_python_does(
     data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
