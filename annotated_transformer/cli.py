@@ -234,7 +234,7 @@ def _translate_inputs(args: argparse.Namespace) -> Iterator[list[str]]:
         raise ChoiceError(f"--buffer-size must be at least 1, got {args.buffer_size}")
     if empty:
         raise ChoiceError(f"sentence {empty[0]} of the arguments is empty: nothing to translate")
-    Search(**given(args, Search))  # the search's own checks (--nbest at most --beam)
+    args.search = Search(**given(args, Search))  # built once, checked (--nbest <= --beam)
     engine = check_loading(args.checkpoint, args.average_last, args.engine)  # before stdin is read
     if attention and engine == "ctranslate2":
         raise ChoiceError("--attention draws the PyTorch model's attention, not CTranslate2's")
@@ -251,7 +251,7 @@ def _translate_inputs(args: argparse.Namespace) -> Iterator[list[str]]:
 
 def _output_lines(translator: Translating, lines: list[str], start: int, args) -> list[str]:
     "What translate prints for input lines start, start + 1, ...: translations, or --nbest's lines."
-    found, text = translator.nbest(lines, Search(**given(args, Search))), translator.detokenize
+    found, text = translator.nbest(lines, args.search), translator.detokenize
     if args.nbest is None:  # a blank line's [] gives a blank line: the output lines up
         return [text(best[0][0]) if best else "" for best in found]
     return [f"{start + i}\t{s:.4f}\t{text(t)}" for i, best in enumerate(found) for t, s in best]
@@ -261,7 +261,7 @@ def _save_attention(translator: Translating, sentences: list[str], layer: int, a
     "Print the translations and save each sentence's attention maps, every map made first."
     from annotated_transformer.visualization import plot_sentence  # seaborn: only when asked
 
-    best = translator.translate(sentences, Search(**given(args, Search)))
+    best = translator.translate(sentences, args.search)
     maps = [translator.attention(s, translation=t) if t else None for s, t in zip(sentences, best)]
     for i, (tokens, found) in enumerate(zip(best, maps), start=1):
         print(translator.detokenize(tokens), file=out)
