@@ -31,8 +31,8 @@ from .model import ModelConfig
 from .recurrent import ARCHS, RecurrentConfig
 
 # %% auto #0
-__all__ = ['PRESETS', 'PRECISION_NAMES', 'DEFAULT_VOCAB_SIZE', 'preset', 'run_model', 'model_config', 'arch_of', 'ChoiceError',
-           'setting', 'check_setting', 'check_settings', 'TrainConfig', 'check_device', 'RuntimeOptions',
+__all__ = ['PRESETS', 'MAX_PARAMETERS', 'PRECISION_NAMES', 'DEFAULT_VOCAB_SIZE', 'preset', 'run_model', 'model_config', 'arch_of',
+           'ChoiceError', 'setting', 'check_setting', 'check_settings', 'TrainConfig', 'check_device', 'RuntimeOptions',
            'read_config_file', 'setting_like', 'Choices', 'choose_model', 'check_resume', 'resolve_config']
 
 # %% ../nbs/13_configuration.ipynb #7711eef2
@@ -251,6 +251,7 @@ def check_device(name: str) -> None:
         )
 
 # %% ../nbs/13_configuration.ipynb #b87a9b4d
+MAX_PARAMETERS = 500_000_000  # the most a checkpoint may declare (the big model: 213M)
 PRECISION_NAMES = ("fp32", "bf16", "fp16")  # the multi-GPU chapter's PRECISIONS gives each a dtype
 _DEVICE = "cpu, cuda, cuda:N or mps (default: train on cuda when available; decode on cpu)"
 _PRECISION = "mixed precision (default: bf16 on GPUs that support it, else fp32)"
