@@ -32,7 +32,8 @@ CPU_CONFIG = TrainConfig(model=run_model("small"), epochs=3, max_tokens=2048, wa
 
 
 def chapter_run(root: Path = ROOT) -> tuple[Path, bool]:
-    "The run the notebooks decode, and whether it is a full run: $MULTI30K_RUN, or the CPU default."
+    """The run the notebooks decode, and whether it is a full run: $MULTI30K_RUN, or the CPU default
+    (`tools/render.py --prepare-run` trains it before the notebooks run: then they only read it)."""
     if os.environ.get(FULL_RUN_ENV):
         return Path(os.environ[FULL_RUN_ENV]), True
     run_dir = Path(root) / "runs" / "multi30k-cpu"  # trained first if unfinished

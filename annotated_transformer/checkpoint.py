@@ -9,6 +9,7 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/checkpoints.
 # %% ../nbs/14_checkpoints.ipynb #ad2641e7
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import random
@@ -16,27 +17,31 @@ import re
 import uuid
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
 from . import __version__
-from .config import TrainConfig
+from .config import MAX_PARAMETERS, TrainConfig
 from .data import Tokenizer, Vocab, load_tokenizers
+from .model import MAX_SIZES
 from .subwords import SubwordTokenizer
-from .training import TrainState
+from .training import TrainState, noam_optimizer
 
 # %% auto #0
-__all__ = ['CHECKPOINT_FORMAT', 'REQUIRED', 'train_state_from_dict', 'ResumeState', 'RunCheckpoint', 'save_checkpoint',
+__all__ = ['OLD_COUNT_NAMES', 'CHECKPOINT_FORMAT', 'REQUIRED', 'RESUMING', 'MAX_EPOCHS', 'MAX_PROCESSES', 'BYTES_PER_PARAMETER',
+           'OTHER_BYTES', 'train_state_from_dict', 'ResumeState', 'RunCheckpoint', 'save_checkpoint',
            'torch_load_safely', 'load_checkpoint', 'rng_state', 'set_rng_state', 'average_checkpoints', 'average_last']
 
 # %% ../nbs/14_checkpoints.ipynb #9e8110b6
+OLD_COUNT_NAMES = {"step": "batches", "accum_step": "optimizer_steps"}  # version 0.1's names
+
+
 def train_state_from_dict(d: dict) -> TrainState:
     "The counts saved as `asdict(state)`; also from version 0.1, which named two differently."
-    renamed = {"step": "batches", "accum_step": "optimizer_steps"}  # version 0.1's names
-    counts = {renamed.get(name, name): value for name, value in d.items()}
+    counts = {OLD_COUNT_NAMES.get(name, name): value for name, value in d.items()}
     if len(counts) < len(d):
         raise ValueError(f"both the old and the new name of a count in {sorted(d)}")
     return TrainState(**counts)
@@ -103,6 +108,7 @@ class RunCheckpoint:
 
 # %% ../nbs/14_checkpoints.ipynb #acda1eb7
 REQUIRED = ("config", "model", "src_vocab", "tgt_vocab", "epoch", "history")
+RESUMING = ("optimizer", "scheduler", "train_state", "rng")  # last.pt's, all or none
 _CORPUS_OF_ORIGIN = {"train": "files", "pairs": "pairs"}  # the origins of your own data
 
 
@@ -112,7 +118,8 @@ def _check_keys(d: object, source: str) -> None:
         raise ValueError(
             f"{source} holds a {type(d).__name__}, not a checkpoint that `train` wrote"
         )
-    missing = [key for key in REQUIRED if key not in d]
+    needed = REQUIRED + (RESUMING if "optimizer" in d else ())
+    missing = [key for key in needed if key not in d]
     if missing:
         raise ValueError(
             f"{source} has no {', '.join(missing)}: it is not a checkpoint that `train` wrote"
@@ -127,20 +134,200 @@ def _stored_config(d: dict) -> TrainConfig:
         config = {**config, "corpus": named[0]}
     return TrainConfig.from_dict(config)
 
+# %% ../nbs/14_checkpoints.ipynb #e3196681
+def _is_plain(value: object, depth: int = 4) -> bool:
+    "JSON's kinds of data: texts, finite numbers, None, lists and dictionaries (by text) of them."
+    if isinstance(value, (list, dict)):
+        keys, items = (value.keys(), value.values()) if isinstance(value, dict) else ((), value)
+        small = depth > 0 and len(value) <= 64 and all(map(_is_text, keys))
+        return small and all(_is_plain(item, depth - 1) for item in items)
+    number = isinstance(value, (int, float)) and abs(value) < _BIG  # NaN, 10**30 are not
+    return value is None or number or _is_text(value)
+
+
+def _is_origin(value: object) -> bool:
+    "Where the data came from (`Corpus.origin`, whatever the corpus): plain data by split name."
+    return isinstance(value, dict) and _is_plain(value)
+
+# %% ../nbs/14_checkpoints.ipynb #c8fb887b
+MAX_EPOCHS = {f.name: f for f in fields(TrainConfig)}["epochs"].metadata["high"]
+MAX_PROCESSES = 65_536  # random states a checkpoint may hold, one per process that wrote it
+_BIG = 2**63  # beyond int64: not a count
+
+
+def _is_count(value: object, low: int = 0, high: int = _BIG) -> bool:
+    "Is `value` a whole number (not a bool) from `low` to `high`?"
+    return type(value) is int and low <= value <= high
+
+
+def _is_text(value: object) -> bool:
+    "Is `value` a string that UTF-8 can write (no lone surrogate)?"
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _whole(t: Tensor) -> bool:
+    "Is `t` dense, with bytes of its own for every element (not sparse, quantized or expanded)?"
+    return (
+        t.layout == torch.strided
+        and not t.is_quantized
+        and t.untyped_storage().nbytes() >= t.numel() * t.element_size()
+    )
+
+# %% ../nbs/14_checkpoints.ipynb #8ca1f62b
+def _shown(value: object) -> str:
+    "A value for a one-line message, short whatever it is (a repr of at most 40 characters)."
+    if isinstance(value, (list, tuple, dict)):
+        return f"a {type(value).__name__} of {len(value):,} item(s)"
+    if isinstance(value, Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    if type(value) is int and value.bit_length() > 128:
+        return f"a whole number of about {int(value.bit_length() * math.log10(2)):,} digits"
+    text = " ".join(repr(value[:40] if isinstance(value, str) else value).split())
+    return text if len(text) <= 40 else text[:37] + "..."
+
+# %% ../nbs/14_checkpoints.ipynb #1bfc7e3c
+_PLAIN = (int, float, bool, type(None))  # besides text: what a history entry's values may be
+_SCALER_KEYS = {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}
+
+
+def _is_history(value: object) -> bool:
+    "A list of at most MAX_EPOCHS entries, each a dictionary of numbers and text by name."
+    return (
+        isinstance(value, list)
+        and len(value) <= MAX_EPOCHS
+        and all(isinstance(e, dict) and all(map(_is_text, e)) for e in value)
+        and all(_is_text(v) or isinstance(v, _PLAIN) for e in value for v in e.values())
+    )
+
+# %% ../nbs/14_checkpoints.ipynb #51af83da
+def _is_rng_state(state: object) -> bool:
+    "One process's random states, which `set_rng_state` can restore (tried on new generators)."
+    if not isinstance(state, dict) or not {"torch", "python"} <= state.keys():
+        return False
+    tensors = [state[k] for k in ("torch", "cuda") if k in state]
+    if state.keys() - {"torch", "python", "cuda"} or not all(
+        isinstance(t, Tensor) and t.dtype == torch.uint8 and t.dim() == 1 and _whole(t)
+        for t in tensors
+    ):
+        return False
+    try:
+        torch.Generator().set_state(state["torch"])
+        random.Random().setstate(state["python"])
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        return False
+    return True
+
+
+def _is_rng_states(value: object) -> bool:
+    "Every process's random states: a list of 1 to MAX_PROCESSES (version 0.1: one, not a list)."
+    states = [value] if isinstance(value, dict) else value
+    ok = isinstance(states, list) and 1 <= len(states) <= MAX_PROCESSES
+    return ok and all(map(_is_rng_state, states))
+
+# %% ../nbs/14_checkpoints.ipynb #6b868e34
+def _is_counts(value: object) -> bool:
+    "The training loop's counts by name, this version's or 0.1's (not both), each a whole number."
+    names = {f.name for f in fields(TrainState)} | OLD_COUNT_NAMES.keys()
+    return (
+        isinstance(value, dict)
+        and value.keys() <= names
+        and not any(old in value and new in value for old, new in OLD_COUNT_NAMES.items())
+        and all(map(_is_count, value.values()))
+    )
+
+
+def _is_scaler(value: object) -> bool:
+    "float16's gradient scaler (`GradScaler.state_dict()`): finite numbers by name, a scale first."
+    return (
+        isinstance(value, dict)
+        and "scale" in value
+        and value.keys() <= _SCALER_KEYS
+        and all(type(v) in (int, float) and math.isfinite(v) for v in value.values())
+    )
+
+# %% ../nbs/14_checkpoints.ipynb #77fd7759
+_RUN_ID = "None or text of at most 100 characters"
+_COUNTS = "the loop's counts, whole numbers (not both the old and the new name of a count)"
+_ORIGIN = "None or where the data came from (plain data, at most 4 deep and 64 wide, by name)"
+_FIELDS = {  # a field a checkpoint may hold: (is its value fine?, what it must be)
+    "epoch": (lambda v: _is_count(v, 1, MAX_EPOCHS), f"a whole number from 1 to {MAX_EPOCHS:,}"),
+    "history": (_is_history, f"a list of at most {MAX_EPOCHS:,} dictionaries of numbers and text"),
+    "run_id": (lambda v: v is None or (_is_text(v) and len(v) <= 100), _RUN_ID),
+    "data": (lambda v: v is None or _is_origin(v), _ORIGIN),
+    "optimizer": (lambda v: isinstance(v, dict), "a dictionary (Adam's state)"),
+    "scheduler": (lambda v: isinstance(v, dict), "a dictionary (the schedule's state)"),
+    "train_state": (_is_counts, _COUNTS),
+    "rng": (_is_rng_states, f"a list of 1 to {MAX_PROCESSES:,} processes' random states"),
+    "scaler": (lambda v: v is None or _is_scaler(v), "None or float16's gradient scaler state"),
+}
+
+# %% ../nbs/14_checkpoints.ipynb #32ca364b
+def _check_vocabulary(state: object, name: str, source: str) -> None:
+    "Refuse a vocabulary that is not a list of at most MAX_SIZES[name] tokens, each a text."
+    itos, most = state.get("itos") if isinstance(state, dict) else None, MAX_SIZES[name]
+    if not isinstance(itos, list) or len(itos) > most:
+        raise ValueError(
+            f"{source}: its {name} must be a dictionary holding a list of at most {most:,} "
+            f"tokens under 'itos', got {_shown(itos if isinstance(state, dict) else state)}"
+        )
+    wrong = next((i for i, token in enumerate(itos) if not _is_text(token)), None)
+    if wrong is not None:
+        raise ValueError(
+            f"{source}: its {name}'s token {wrong} is {_shown(itos[wrong])}, "
+            f"not a text that UTF-8 can write"
+        )
+
+
+def _check_fields(d: dict, source: str) -> None:
+    "Refuse the first field that is not what `train` writes, naming the file and the field."
+    for name, (fine, must_be) in _FIELDS.items():
+        if name in d and not fine(d[name]):
+            raise ValueError(f"{source}: its {name} must be {must_be}, got {_shown(d[name])}")
+    for name in ("src_vocab", "tgt_vocab"):
+        _check_vocabulary(d[name], name, source)
+
 # %% ../nbs/14_checkpoints.ipynb #b3e5dcc9
-def _check_weights(ckpt: RunCheckpoint, source: str) -> None:
-    "Refuse weights that do not fit the model the configuration describes: names and shapes."
-    with torch.device("meta"):  # the model's shapes, without allocating its weights
-        expected = ckpt.config.model.build(len(ckpt.src_vocab), len(ckpt.tgt_vocab)).state_dict()
-    weights = ckpt.model
+def _check_tensors(weights: object, source: str) -> None:
+    "Refuse weights that are not a dictionary of tensors, each stored whole."
     if not isinstance(weights, dict) or not all(isinstance(v, Tensor) for v in weights.values()):
         raise ValueError(f"{source}: its weights are not a dictionary of tensors")
+    broken = next((name for name, w in weights.items() if not _whole(w)), None)
+    if broken is not None:
+        raise ValueError(
+            f"{source}: its weight {_shown(broken)} is not stored whole (sparse, quantized, or "
+            f"expanded from fewer bytes than it holds): refusing it"
+        )
+
+
+def _check_count(count: int, source: str, max_parameters: int) -> None:
+    "Refuse a model of more than `max_parameters` parameters, before it is allocated."
+    if count > max_parameters:
+        raise ValueError(
+            f"{source} declares {count:,} parameters, more than the {max_parameters:,} allowed: "
+            f"raise --max-parameters (max_parameters) to load it"
+        )
+
+# %% ../nbs/14_checkpoints.ipynb #355ba9e6
+def _check_weights(weights: object, model: nn.Module, source: str) -> None:
+    "Refuse weights that are not whole tensors fitting `model` (on the meta device); warn of NaN."
+    _check_tensors(weights, source)
+    _check_fit(weights, model.state_dict(), source)
     if not all(w.isfinite().all() for w in weights.values() if w.is_floating_point()):
         warnings.warn(
             f"{source}: the model's weights are not all finite (NaN or infinite): "
             f"its translations will be empty or meaningless"
         )
-    names = sorted(expected.keys() ^ weights.keys())
+
+# %% ../nbs/14_checkpoints.ipynb #699faad5
+def _check_fit(weights: dict, expected: dict[str, Tensor], source: str) -> None:
+    "Refuse weights that do not fit the model the configuration describes: names, shapes, kinds."
+    names = sorted(expected.keys() ^ weights.keys(), key=str)
     wrong = [k for k in expected.keys() & weights.keys() if expected[k].shape != weights[k].shape]
     if names or wrong:
         k = (names or wrong)[0]
@@ -150,12 +337,99 @@ def _check_weights(ckpt: RunCheckpoint, source: str) -> None:
             f"{source}: its weights do not fit its model configuration ({k!r}: "
             f"{found}, the configuration makes {want})"
         )
+    kinds = [
+        k for k, w in expected.items() if w.is_floating_point() != weights[k].is_floating_point()
+    ]
+    if kinds:
+        k = kinds[0]
+        raise ValueError(
+            f"{source}: its weight {k!r} is {weights[k].dtype}, the model's is {expected[k].dtype}"
+        )
+
+# %% ../nbs/14_checkpoints.ipynb #2ffa9b0f
+def _kind(value: object) -> str:
+    "What plain data `value` is, to compare a saved state with a fresh one."
+    if value is None or isinstance(value, bool):
+        return "flag"
+    if isinstance(value, (int, float)):
+        return "number"
+    return "list" if isinstance(value, (list, tuple)) else type(value).__name__
+
+
+def _same_kind(want: object, got: object) -> bool:
+    "Is `got` plain data shaped like `want`: flags, finite numbers, lists as long, no other keys?"
+    if _kind(want) != _kind(got):
+        return False
+    if type(got) is int:
+        return abs(got) < _BIG
+    if isinstance(got, float):
+        return math.isfinite(got)
+    if isinstance(want, (list, tuple)):
+        return len(got) == len(want) and all(map(_same_kind, want, got))
+    if isinstance(want, dict):
+        return got.keys() <= want.keys() and all(_same_kind(want[k], got[k]) for k in got)
+    return True
+
+# %% ../nbs/14_checkpoints.ipynb #59f60d21
+_ADAM_KEYS = {"params", "lr", "betas", "eps", "weight_decay"}  # what Adam's step reads
+_SCHEDULE_KEYS = {"base_lrs", "last_epoch", "lr_lambdas"}  # what every LambdaLR state has
+
+
+def _moments_problem(state: object, params: list[Tensor]) -> str | None:
+    "What is wrong with Adam's state of each parameter (step, moments); None if nothing."
+    if not isinstance(state, dict):
+        return f"its state is {_shown(state)}, not a dictionary"
+    for i, moments in state.items():
+        if not _is_count(i, 0, len(params) - 1) or not isinstance(moments, dict):
+            return f"it has state for a parameter {_shown(i)} the model does not have"
+        for name, v in moments.items():
+            shape = () if name == "step" else params[i].shape  # (): a count, one number
+            if name == "step" and not isinstance(v, Tensor):
+                fine = _same_kind(0.0, v)  # a number, as older PyTorch saved it
+            else:
+                fine = isinstance(v, Tensor) and v.is_floating_point() and v.shape == shape
+            if not (fine and (not isinstance(v, Tensor) or _whole(v))):
+                return (
+                    f"parameter {i}'s {_shown(name)} is {_shown(v)}, "
+                    f"not floating point of shape {tuple(shape)} stored whole"
+                )
+    return None
+
+# %% ../nbs/14_checkpoints.ipynb #ca330e61
+def _optimizer_problem(saved: dict, fresh: torch.optim.Optimizer) -> str | None:
+    "What is wrong with `saved` as the state of `fresh`, this model's Adam; None if nothing."
+    want = fresh.state_dict()["param_groups"]
+    groups = saved.get("param_groups")
+    if not isinstance(groups, list) or len(groups) != len(want):
+        return f"its param_groups are {_shown(groups)}, not Adam's {len(want)} group(s)"
+    for w, g in zip(want, groups):
+        if not _same_kind(w, g) or not _ADAM_KEYS <= g.keys() or g["params"] != w["params"]:
+            return "its param_groups are not those of this model's Adam (settings or parameters)"
+    params = [p for group in fresh.param_groups for p in group["params"]]
+    return _moments_problem(saved.get("state"), params)
+
+
+def _check_resume(resume: ResumeState, model: nn.Module, config: TrainConfig, source: str) -> None:
+    "Refuse an optimizer or schedule state that does not fit a fresh one of `model` (on meta)."
+    optimizer, schedule = noam_optimizer(model, config.model.d_model, config.factor, config.warmup)
+    problem = _optimizer_problem(resume.optimizer, optimizer)
+    if problem:
+        raise ValueError(f"{source}: its optimizer does not fit its model: {problem}")
+    fresh = schedule.state_dict()
+    if not _SCHEDULE_KEYS <= resume.scheduler.keys() or not _same_kind(fresh, resume.scheduler):
+        raise ValueError(
+            f"{source}: its scheduler is not the state of this run's learning-rate schedule "
+            f"(LambdaLR's {', '.join(sorted(fresh))})"
+        )
 
 # %% ../nbs/14_checkpoints.ipynb #f369c961
-def _from_dict(cls, d: object, source: str | Path = "the checkpoint") -> RunCheckpoint:
+def _from_dict(
+    cls, d: object, source: str | Path = "the checkpoint", max_parameters: int = MAX_PARAMETERS
+) -> RunCheckpoint:
     "The record a checkpoint's plain data describes; a clear error, naming `source`, otherwise."
     source = str(source)
     _check_keys(d, source)
+    _check_fields(d, source)
     try:
         config = _stored_config(d)
         vocabs = Vocab.from_state_dict(d["src_vocab"]), Vocab.from_state_dict(d["tgt_vocab"])
@@ -175,8 +449,18 @@ def _from_dict(cls, d: object, source: str | Path = "the checkpoint") -> RunChec
         )
     stored = d["epoch"], d["history"], d.get("run_id"), d.get("data")
     ckpt = cls(config, d["model"], *vocabs, *stored, tokenizer, resume)
-    _check_weights(ckpt, source)
+    _check_model(ckpt, source, max_parameters)
     return ckpt
+
+# %% ../nbs/14_checkpoints.ipynb #ff38d9fd
+def _check_model(ckpt: RunCheckpoint, source: str, max_parameters: int) -> None:
+    "Refuse a model over `max_parameters`, and weights or a resume state that do not fit it."
+    with torch.device("meta"):  # the model's shapes, without allocating its weights
+        model = ckpt.config.model.build(len(ckpt.src_vocab), len(ckpt.tgt_vocab))
+    _check_count(sum(p.numel() for p in model.parameters()), source, max_parameters)
+    _check_weights(ckpt.model, model, source)
+    if ckpt.resume is not None:
+        _check_resume(ckpt.resume, model, ckpt.config, source)
 
 
 RunCheckpoint.from_dict = classmethod(_from_dict)
@@ -226,8 +510,10 @@ def save_checkpoint(path: str | Path, ckpt: RunCheckpoint) -> None:
 def torch_load_safely(path: Path) -> object:
     "What `torch.save` wrote to `path`, via PyTorch's restricted unpickler: tensors and plain data."
     try:
-        # an empty bytes object is pickled as bytes()
-        with torch.serialization.safe_globals([bytes]):
+        # an empty bytes object is pickled as bytes(); rebuilding some tensors warns about
+        # PyTorch's own deprecated storage class, which is no concern of the reader's
+        with torch.serialization.safe_globals([bytes]), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "TypedStorage is deprecated")
             return torch.load(path, map_location="cpu", weights_only=True)
     # the restricted unpickler met something it does not build
     except pickle.UnpicklingError as error:
@@ -247,19 +533,34 @@ def torch_load_safely(path: Path) -> object:
         ) from None
 
 # %% ../nbs/14_checkpoints.ipynb #9ce5259a
-def load_checkpoint(path: str | Path) -> RunCheckpoint:
+BYTES_PER_PARAMETER = 12  # last.pt's float32 weights and Adam's two moments
+OTHER_BYTES = 2**28  # vocabularies, subword model, random states, history: at most 256 MiB
+
+
+def _check_file_size(path: Path, max_parameters: int) -> None:
+    "Refuse a file larger than a checkpoint of `max_parameters` parameters, before reading it."
+    size, most = path.stat().st_size, BYTES_PER_PARAMETER * max_parameters + OTHER_BYTES
+    if size > most:
+        raise ValueError(
+            f"{path} is {size:,} bytes, more than the {most:,} of a checkpoint of at most "
+            f"{max_parameters:,} parameters: raise --max-parameters (max_parameters) to load it"
+        )
+
+
+def load_checkpoint(path: str | Path, max_parameters: int = MAX_PARAMETERS) -> RunCheckpoint:
     "The checkpoint `save_checkpoint` wrote to `path`, with clear errors for anything else."
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
+    _check_file_size(path, max_parameters)
     d = torch_load_safely(path)
     if not isinstance(d, dict) or d.get("format") != CHECKPOINT_FORMAT:
-        found = d.get("format") if isinstance(d, dict) else type(d).__name__
+        found = _shown(d.get("format")) if isinstance(d, dict) else repr(type(d).__name__)
         raise ValueError(
-            f"{path} has checkpoint format {found!r}; this version ({__version__}) "
+            f"{path} has checkpoint format {found}; this version ({__version__}) "
             f"reads format {CHECKPOINT_FORMAT}"
         )
-    return RunCheckpoint.from_dict(d, path)
+    return RunCheckpoint.from_dict(d, path, max_parameters)
 
 # %% ../nbs/14_checkpoints.ipynb #f9e0c7b1
 def rng_state() -> dict:
@@ -278,39 +579,56 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 # %% ../nbs/14_checkpoints.ipynb #92486e75
-def _state_dict(path: str | Path) -> dict[str, Tensor]:
+def _state_dict(path: str | Path, max_parameters: int = MAX_PARAMETERS) -> dict[str, Tensor]:
     "The weights in a checkpoint file: a state dict, or a dictionary holding one under 'model'."
-    ckpt = torch_load_safely(Path(path))
+    path = Path(path)
+    _check_file_size(path, max_parameters)
+    ckpt = torch_load_safely(path)
     state = ckpt["model"] if isinstance(ckpt, dict) and "model" in ckpt else ckpt
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
         raise ValueError(
             f"{path} holds neither a state dict nor a checkpoint with one under 'model'"
         )
+    _check_tensors(state, str(path))
+    _check_count(sum(v.numel() for v in state.values()), str(path), max_parameters)
     return state
 
 # %% ../nbs/14_checkpoints.ipynb #ae516eb5
-def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Tensor]:
+def _add(total: dict | None, state: dict[str, Tensor], path: Path, first: Path) -> dict:
+    "`total` plus `state`: floating-point tensors summed in float32, other tensors the latest."
+    if total is None:
+        return {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
+    if state.keys() != total.keys():
+        diff = sorted(state.keys() ^ total.keys(), key=str)
+        raise ValueError(f"{path} and {first} have different parameters (e.g. {diff[0]!r})")
+    for name, v in state.items():
+        if v.shape != total[name].shape:
+            raise ValueError(
+                f"{name!r} is {tuple(v.shape)} in {path} but {tuple(total[name].shape)} in {first}"
+            )
+        total[name] = total[name] + v.float() if v.is_floating_point() else v
+    return total
+
+
+def _mean(total: dict[str, Tensor], n: int, like: dict[str, Tensor]) -> dict[str, Tensor]:
+    "The mean of `n` states summed in `total`, floating-point tensors in the types of `like`'s."
+    return {
+        name: (v / n).to(like[name].dtype) if like[name].is_floating_point() else v
+        for name, v in total.items()
+    }
+
+# %% ../nbs/14_checkpoints.ipynb #d387ee5e
+def average_checkpoints(
+    paths: Sequence[str | Path], max_parameters: int = MAX_PARAMETERS
+) -> dict[str, Tensor]:
     "The element-wise mean of the checkpoints' weights (in float32); other tensors: the last one's."
     if not paths:
         raise ValueError("no checkpoints to average")
-    first = _state_dict(paths[0])
-    total = {k: v.float() if v.is_floating_point() else v for k, v in first.items()}
-    for path in paths[1:]:
-        state = _state_dict(path)
-        if state.keys() != first.keys():
-            diff = sorted(state.keys() ^ first.keys())
-            raise ValueError(f"{path} and {paths[0]} have different parameters (e.g. {diff[0]!r})")
-        for name, v in state.items():
-            if v.shape != first[name].shape:
-                raise ValueError(
-                    f"{name!r} is {tuple(v.shape)} in {path} "
-                    f"but {tuple(first[name].shape)} in {paths[0]}"
-                )
-            total[name] = total[name] + v.float() if v.is_floating_point() else v
-    return {
-        name: (v / len(paths)).to(first[name].dtype) if first[name].is_floating_point() else v
-        for name, v in total.items()
-    }
+    first, total = _state_dict(paths[0], max_parameters), None
+    for path in paths:  # one checkpoint in memory at a time, besides the sum
+        state = first if total is None else _state_dict(path, max_parameters)
+        total = _add(total, state, Path(path), Path(paths[0]))
+    return _mean(total, len(paths), first)
 
 # %% ../nbs/14_checkpoints.ipynb #a35c37af
 def _same_run(a: RunCheckpoint, b: RunCheckpoint) -> bool:
@@ -322,12 +640,12 @@ def _same_run(a: RunCheckpoint, b: RunCheckpoint) -> bool:
     return a.run_id == b.run_id and settings[0] == settings[1] and same_vocabularies
 
 # %% ../nbs/14_checkpoints.ipynb #becccf00
-def average_last(path: str | Path, k: int) -> RunCheckpoint:
+def average_last(path: str | Path, k: int, max_parameters: int = MAX_PARAMETERS) -> RunCheckpoint:
     "The checkpoint at `path`, its weights the mean of its last `k` epochs' (`epoch{e}.pt`)."
-    if k < 1:
-        raise ValueError(f"the number of checkpoints to average must be at least 1, got {k}")
+    if not _is_count(k, 1):
+        raise ValueError(f"the number of checkpoints to average must be at least 1, got {k!r}")
     path = Path(path)
-    ckpt = load_checkpoint(path)
+    ckpt = load_checkpoint(path, max_parameters)  # its epoch a whole number: file names from it
     if ckpt.epoch < k:
         raise ValueError(f"{path} is from epoch {ckpt.epoch}: there are not {k} epochs to average")
     paths = [path.parent / f"epoch{e}.pt" for e in range(ckpt.epoch - k + 1, ckpt.epoch + 1)]
@@ -337,10 +655,13 @@ def average_last(path: str | Path, k: int) -> RunCheckpoint:
             f"averaging the last {k} epochs of {path} needs {', '.join(missing)} "
             f"beside it (train keeps the last five)"
         )
-    for p in paths:
-        if not _same_run(load_checkpoint(p), ckpt):
+    total = None
+    for p in paths:  # each checked as a checkpoint of this run, then added to the sum
+        epoch = load_checkpoint(p, max_parameters)
+        if not _same_run(epoch, ckpt):
             raise ValueError(
                 f"{p} is from another training run than {path} (another run id, "
                 f"configuration, seed or vocabulary): average the epochs of one run only"
             )
-    return replace(ckpt, model=average_checkpoints(paths))
+        total = _add(total, epoch.model, p, paths[0])
+    return replace(ckpt, model=_mean(total, k, ckpt.model))

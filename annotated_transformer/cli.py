@@ -3,7 +3,8 @@ it parses and calls the library. Most flags are fields of the records they set (
 `TrainConfig`, `RuntimeOptions`, `Search`), with their help, defaults and checks: a new option is a
 field. Here is only what a command line knows: its own flags (files, folders), standard input read
 as it arrives, output files never overwritten, and errors in one line (`--debug`: the traceback)
-with an exit status: 0 done, 2 a usage error, 1 a failure the library reports, 130 interrupted."""
+with an exit status: 0 done, 2 a usage error, 1 a failure the library reports, 130 interrupted
+(out of memory: the flag that needs less named; anything unexpected: an "internal error" line)."""
 
 from __future__ import annotations
 
@@ -23,11 +24,13 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import NoReturn, TextIO
 
+import torch
+
 from annotated_transformer import __version__
 from annotated_transformer.checkpoint import average_last, load_checkpoint
 from annotated_transformer.config import ChoiceError, Choices, RuntimeOptions, TrainConfig
 from annotated_transformer.config import check_setting
-from annotated_transformer.data import ParallelFiles, open_corpus, split_pairs
+from annotated_transformer.data import ParallelFiles, not_a_file, open_corpus, split_pairs
 from annotated_transformer.engines import ENGINES, QUANTIZATIONS, check_loading, check_out
 from annotated_transformer.engines import export_model, load_translator
 from annotated_transformer.model import EncoderDecoder
@@ -130,6 +133,7 @@ REQUIRED, DEFAULTS = ("--out", "--checkpoint"), {"buffer_size": 100, "quantizati
 TOGETHER = (OWN_DATA, ("src", "ref"))  # all of a group or none
 APART = (("train_src", "data_dir"), ("src", "split"))  # not both: your own data, or a corpus's
 INPUTS, OUTPUTS = ("config", *OWN_DATA, "src", "ref"), ("output",)  # files to read, to write
+NOT_READ = {"no such file": "no such file", "a folder": "a folder, not a file"}  # by not_a_file
 
 
 def own_flags(p: argparse.ArgumentParser, command: str) -> None:
@@ -156,9 +160,9 @@ def _check_own(args: argparse.Namespace) -> None:
     for name, path in ((n, value(n)) for n in INPUTS + OUTPUTS if value(n) is not None):
         if name in OUTPUTS and path.exists():
             raise ChoiceError(f"{flag(name)} {path} exists: it is never overwritten")
-        if name in INPUTS and not path.is_file():
-            what = "a folder, not a file" if path.is_dir() else "no such file"
-            raise ChoiceError(f"{flag(name)} {path}: {what}")
+        # a pipe (`--src <(...)`) is read; what reads a file twice says it cannot (ParallelFiles)
+        if name in INPUTS and (why := NOT_READ.get(not_a_file(path))):
+            raise ChoiceError(f"{flag(name)} {path}: {why}")
 
 
 def _train(args: argparse.Namespace) -> None:
@@ -166,17 +170,27 @@ def _train(args: argparse.Namespace) -> None:
     options = RuntimeOptions(**given(args, RuntimeOptions))  # checked before anything is read
     own = [getattr(args, name) for name in OWN_DATA]
     files = ParallelFiles(own[:2], own[2:]) if own[0] else None
-    config = resolve_run_config(args.out, choices, args.config, files, args.resume)
+    limit = options.max_parameters  # of a resumed run's last.pt
+    config = resolve_run_config(args.out, choices, args.config, files, args.resume, limit)
     corpus = files or open_corpus(config.corpus, args.data_dir, (config.src_lang, config.tgt_lang))
     resume, overwrite = args.resume, args.overwrite
     train(args.out, config, corpus=corpus, resume=resume, overwrite=overwrite, options=options)
 
 
+def _max_parameters(args: argparse.Namespace) -> int:
+    "The most parameters a checkpoint or an export may declare: --max-parameters, or the default."
+    return RuntimeOptions(**given(args, RuntimeOptions)).max_parameters
+
+
+def _load(args: argparse.Namespace) -> Translating:
+    "The translator of --checkpoint (a run's checkpoint or an export), as the flags ask."
+    how = dict(engine=args.engine, device=args.device, max_parameters=_max_parameters(args))
+    return load_translator(args.checkpoint, average_last=args.average_last, **how)
+
+
 def _evaluate(args: argparse.Namespace) -> None:
     search = Search(**given(args, Search))
-    translator = load_translator(
-        args.checkpoint, average_last=args.average_last, engine=args.engine, device=args.device
-    )
+    translator = _load(args)
     sources, references, name = args.src, args.ref, None
     if args.src is None:  # a split of the run's corpus, in its languages
         config = translator.config
@@ -192,10 +206,10 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _export(args: argparse.Namespace) -> None:
-    path, k = args.checkpoint, args.average_last
+    path, k, limit = args.checkpoint, args.average_last, _max_parameters(args)
     check_out(args.out, args.overwrite)  # what cannot be done, before anything loads
-    check_loading(path, k, "ctranslate2")
-    ckpt = average_last(path, k) if k else load_checkpoint(path)
+    check_loading(path, k, "ctranslate2", max_parameters=limit)
+    ckpt = average_last(path, k, max_parameters=limit) if k else load_checkpoint(path, limit)
     out = export_model(ckpt, args.out, args.quantization, args.overwrite)
     print(f"{out}: a CTranslate2 model ({args.quantization}); how to use it: {out / 'README.md'}")
 
@@ -234,8 +248,11 @@ def _translate_inputs(args: argparse.Namespace) -> Iterator[list[str]]:
         raise ChoiceError(f"--buffer-size must be at least 1, got {args.buffer_size}")
     if empty:
         raise ChoiceError(f"sentence {empty[0]} of the arguments is empty: nothing to translate")
+    if not args.sentences and sys.stdin is None:  # `<&-`: Python has no sys.stdin
+        raise ChoiceError("no sentences: none given as arguments, and standard input is closed")
     args.search = Search(**given(args, Search))  # built once, checked (--nbest <= --beam)
-    engine = check_loading(args.checkpoint, args.average_last, args.engine)  # before stdin is read
+    limit = _max_parameters(args)
+    engine = check_loading(args.checkpoint, args.average_last, args.engine, max_parameters=limit)
     if attention and engine == "ctranslate2":
         raise ChoiceError("--attention draws the PyTorch model's attention, not CTranslate2's")
     try:
@@ -311,9 +328,7 @@ def _stream(translator: Translating, chunks: Iterable[list[str]], args, out: Tex
 def _translate(args: argparse.Namespace) -> None:
     chunks = _translate_inputs(args)
     first = next(chunks, [])  # read, so checked, before the model loads
-    translator = load_translator(
-        args.checkpoint, average_last=args.average_last, engine=args.engine, device=args.device
-    )
+    translator = _load(args)
     model, layer = translator.model, args.layer
     if args.attention:  # the layer it draws: checked against the model before anything is written
         layers = len(model.encoder.layers) if isinstance(model, EncoderDecoder) else 1
@@ -359,9 +374,9 @@ def parser() -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=about, epilog=epilog, formatter_class=raw)
         c.set_defaults(run=run)
         own_flags(c, name)
-        if name in ("evaluate", "translate"):
-            runtime = {"device", "progress"} if name == "evaluate" else {"device"}  # --quiet
-            field_flags(c, RuntimeOptions, only=runtime)
+        runtime = {"evaluate": {"device", "progress"}, "translate": {"device"}}.get(name, set())
+        if name != "train":  # --quiet for evaluate; train has all of RuntimeOptions
+            field_flags(c, RuntimeOptions, only=runtime | {"max_parameters"})
         for record in records:
             field_flags(c, record, skip={"nbest"} if name == "evaluate" else ())
         if name == "translate":
@@ -372,8 +387,37 @@ def parser() -> argparse.ArgumentParser:
 def _one_line(error: object, args: argparse.Namespace) -> str:
     "The message in one line, naming the flag whose path it begins with: `--config FILE: ...`."
     text = " ".join(str(error).splitlines())
-    named = [n for n, v in vars(args).items() if isinstance(v, Path) and text.startswith(f"{v}")]
+    paths = {n: str(v) for n, v in vars(args).items() if isinstance(v, Path)}
+    # the path whole, not the start of a longer one (--out run, --config run.json)
+    named = [n for n, v in paths.items() if re.match(re.escape(v) + r"(?![\w.-])", text)]
     return f"--{named[0].replace('_', '-')} {text}" if named else text
+
+
+LESS = dict(train="--max-tokens (or model)", evaluate="--batch-size or --beam")  # less memory
+LESS["translate"] = LESS["evaluate"]
+
+
+def _out_of_memory(error: BaseException) -> str | None:
+    "Where memory ran out ('the GPU', 'this machine'), if that is what `error` says; else None."
+    cpu = isinstance(error, RuntimeError) and "can't allocate memory" in str(error)  # PyTorch's
+    if isinstance(error, torch.OutOfMemoryError):
+        return "the GPU"
+    return "this machine" if cpu or isinstance(error, MemoryError) else None
+
+
+def _report(error: BaseException, args: argparse.Namespace) -> tuple[str, int]:
+    "What stopped the command, in one line, and the exit status that says what kind of stop."
+    if isinstance(error, KeyboardInterrupt):  # Ctrl-C: what was done, if it was said
+        return str(error) or "interrupted", 130
+    if isinstance(error, (ValueError, OSError)):  # ChoiceError: a usage error
+        return f"error: {_one_line(error, args)}", 2 if isinstance(error, ChoiceError) else 1
+    if where := _out_of_memory(error):
+        less = f": a smaller {LESS[args.command]} needs less" if args.command in LESS else ""
+        return f"error: out of memory on {where}{less}", 1
+    if isinstance(error, RecursionError):  # a structure nested too deeply to walk
+        return "error: input nested too deeply to read (RecursionError)", 1
+    about = f"{type(error).__name__}: {_one_line(error, args)}"[:300]  # a bug: say so, in short
+    return f"error: internal error ({about}); rerun with --debug for the traceback", 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -386,12 +430,12 @@ def main(argv: list[str] | None = None) -> int:
             warnings.showwarning = lambda message, *_: say(f"warning: {_one_line(message, args)}")
             _check_own(args)
             args.run(args)
-    except (KeyboardInterrupt, ValueError, OSError) as error:  # ChoiceError: a usage error
+    except (KeyboardInterrupt, Exception) as error:  # a bug too: one line, not a traceback
         if args.debug:
             raise
-        stopped = isinstance(error, KeyboardInterrupt)  # Ctrl-C: what was done, if it was said
-        say((str(error) or "interrupted") if stopped else f"error: {_one_line(error, args)}")
-        return 130 if stopped else 2 if isinstance(error, ChoiceError) else 1
+        message, status = _report(error, args)
+        say(message)
+        return status
     return 0
 
 

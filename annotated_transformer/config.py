@@ -14,6 +14,7 @@ import json
 import math
 import numbers
 import re
+import reprlib
 import typing
 from dataclasses import Field, asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -31,8 +32,9 @@ from .model import ModelConfig
 from .recurrent import ARCHS, RecurrentConfig
 
 # %% auto #0
-__all__ = ['PRESETS', 'MAX_PARAMETERS', 'PRECISION_NAMES', 'DEFAULT_VOCAB_SIZE', 'preset', 'run_model', 'model_config', 'arch_of',
-           'ChoiceError', 'setting', 'check_setting', 'check_settings', 'TrainConfig', 'check_device', 'RuntimeOptions',
+__all__ = ['PRESETS', 'MAX_PARAMETERS', 'PRECISION_NAMES', 'MAX_CONFIG_BYTES', 'MAX_CONFIG_LINE', 'MAX_CONFIG_DEPTH',
+           'MAX_CONFIG_KEYS', 'DEFAULT_VOCAB_SIZE', 'preset', 'run_model', 'model_config', 'arch_of', 'ChoiceError',
+           'setting', 'check_setting', 'check_settings', 'TrainConfig', 'check_device', 'RuntimeOptions',
            'read_config_file', 'setting_like', 'Choices', 'choose_model', 'check_resume', 'resolve_config']
 
 # %% ../nbs/13_configuration.ipynb #7711eef2
@@ -113,7 +115,24 @@ def _of_kind(kind: type, value: object) -> bool:
         return isinstance(value, kind)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return False
-    return isinstance(value, numbers.Integral) if kind is int else math.isfinite(value)
+    if kind is int:
+        return isinstance(value, numbers.Integral)
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # a whole number too big for a float (a 400-digit factor)
+        return False
+
+# %% ../nbs/13_configuration.ipynb #6f32ea22
+def _shown(value: object) -> str:
+    "`value` as a message shows it, short: a 400-digit number by its length, a long text cut."
+    if isinstance(value, int) and not -(10**20) < value < 10**20:
+        if value.bit_length() > 14_000:  # about 4,200 digits: near where `str` refuses
+            return "a number of over 4,000 digits"
+        text = str(value)
+        return f"{text[:8]}...{text[-4:]} ({len(text.lstrip('-')):,} digits)"
+    shown = reprlib.Repr()  # a long text cut, a list nested 900 deep shown 3 deep
+    shown.maxstring, shown.maxlevel = 60, 3
+    return shown.repr(value)
 
 
 def _bounds(m: typing.Mapping) -> str:
@@ -148,7 +167,7 @@ def check_setting(cls: type, name: str, value: object) -> object:
     else:
         must = m["expected"] or _KINDS.get(kind, kind.__name__)
     if must is not None:
-        raise ChoiceError(f"{name} must be {must}, got {name}={value!r}")
+        raise ChoiceError(f"{name} must be {must}, got {name}={_shown(value)}")
     if m["check"] is not None:
         m["check"](value)
     return value
@@ -258,6 +277,7 @@ _PRECISION = "mixed precision (default: bf16 on GPUs that support it, else fp32)
 _BACKEND = "under torchrun: the collective backend (default: nccl on GPUs, gloo on CPUs)"
 _QUIET = "no progress bars (none when the output is not a terminal)"
 _FUSED = "the loss from the decoder's outputs in chunks, never all logits at once: less memory"
+_MAX_PARAMETERS = "refuse a checkpoint or export that declares more parameters than this"
 
 
 @dataclass(frozen=True)
@@ -271,27 +291,69 @@ class RuntimeOptions:
     fused_loss: bool = setting(False, _FUSED)
     tensorboard: bool = setting(False, "also write TensorBoard logs to OUT/tensorboard")
     progress: bool = setting(True, _QUIET, flag="--quiet")  # the flag turns it off
+    max_parameters: int = setting(MAX_PARAMETERS, _MAX_PARAMETERS, low=1)  # checked before loading
     keep_epochs: int = setting(5, None, low=1)  # weights-only epoch checkpoints kept, for averaging
 
     def __post_init__(self):
         check_settings(self)
 
+# %% ../nbs/13_configuration.ipynb #2d16e198
+MAX_CONFIG_BYTES = 1_000_000  # a config file's size: its few dozen settings need about 2 KB
+MAX_CONFIG_LINE = 1_000  # a TOML line's characters: a key of n dotted parts costs n² to read
+MAX_CONFIG_DEPTH, MAX_CONFIG_KEYS = 8, 1_000  # tables and lists in tables; keys in all
+
+
+def _config_text(path: Path) -> str:
+    "A config file's text, read once (a pipe too) and refused if it is too large to be settings."
+    with open(path, "rb") as f:
+        data = f.read(MAX_CONFIG_BYTES + 1)  # a pipe or /dev/zero: never more than this
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ValueError(f"larger than {MAX_CONFIG_BYTES:,} bytes: not a file of settings")
+    text = data.decode("utf-8")
+    lines = text.splitlines() if path.suffix == ".toml" else []
+    long = next((i for i, line in enumerate(lines, 1) if len(line) > MAX_CONFIG_LINE), None)
+    if long is not None:
+        raise ValueError(f"line {long} is longer than {MAX_CONFIG_LINE:,} characters")
+    return text
+
+# %% ../nbs/13_configuration.ipynb #2aabe427
+def _check_shape(settings: dict) -> None:
+    "Refuse settings nested deeper, or with more keys, than MAX_CONFIG_DEPTH and MAX_CONFIG_KEYS."
+    stack, keys = [(settings, 1)], 0
+    while stack:  # a loop, not recursion: a list nested 900 deep is walked like a flat one
+        value, depth = stack.pop()
+        if depth > MAX_CONFIG_DEPTH:
+            raise ValueError(f"nested more than {MAX_CONFIG_DEPTH} deep: not a file of settings")
+        keys += len(value) if isinstance(value, dict) else 0
+        if keys > MAX_CONFIG_KEYS:
+            raise ValueError(f"more than {MAX_CONFIG_KEYS:,} keys: not a file of settings")
+        inside = value.values() if isinstance(value, dict) else value
+        stack += [(v, depth + 1) for v in inside if isinstance(v, (dict, list))]
+
+
+def _parse_config(path: Path, text: str) -> dict:
+    "A config file's table of settings, JSON or TOML (by its suffix), its size and shape checked."
+    try:
+        settings = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except RecursionError:  # the parsers recurse: a thousand nested lists stop them
+        message = f"nested more than {MAX_CONFIG_DEPTH} deep: not a file of settings"
+        raise ValueError(message) from None
+    if not isinstance(settings, dict):
+        raise ValueError(f"expected a table of settings, got {type(settings).__name__}")
+    _check_shape(settings)
+    return settings
+
 # %% ../nbs/13_configuration.ipynb #612e9c82
 def read_config_file(path: Path) -> TrainConfig:
     "The training configuration in a JSON or TOML file: any TrainConfig settings, the rest default."
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path}: no such file" if not path.exists() else f"{path}: not a file"
-        )
+    if not path.exists() or path.is_dir():  # a pipe, `<(...)`, is read
+        raise FileNotFoundError(f"{path}: {'not a file' if path.exists() else 'no such file'}")
     try:
-        text = path.read_text(encoding="utf-8")
-        settings = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-        if not isinstance(settings, dict):
-            raise ValueError(f"expected a table of settings, got {type(settings).__name__}")
+        settings = _parse_config(path, _config_text(path))
         model = settings.get("model", {})
         if not isinstance(model, dict):
-            raise ValueError(f"model must be a table of settings, got {model!r}")
+            raise ValueError(f"model must be a table of settings, got {_shown(model)}")
         arch = model.get("arch", "transformer")
         base = asdict(run_model() if arch == "transformer" else RecurrentConfig(arch=arch))
         return TrainConfig.from_dict(

@@ -15,15 +15,17 @@ import http.client
 import json
 import os
 import re
+import stat
 import tempfile
 import urllib.request
 import warnings
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import BinaryIO, ClassVar, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -34,9 +36,9 @@ from .config import ChoiceError
 # %% auto #0
 __all__ = ['MULTI30K_URL', 'SPLITS', 'SHA256', 'DATA_DIR_ENV', 'STAMP_FILE', 'Log', 'CORPORA', 'SPECIALS', 'split_files',
            'cache_dir', 'download', 'sha256_of_file', 'file_sha256', 'cached_download', 'languages_in',
-           'multi30k_paths', 'read_lines', 'load_multi30k', 'read_parallel', 'Corpus', 'Multi30k', 'ParallelFiles',
-           'InMemory', 'open_corpus', 'split_pairs', 'Tokenizer', 'join_words', 'SpacyTokenizer', 'load_tokenizers',
-           'Vocab', 'EncodedPairs', 'encode_pairs']
+           'multi30k_paths', 'read_lines', 'load_multi30k', 'read_parallel', 'Corpus', 'Multi30k', 'not_a_file',
+           'ParallelFiles', 'InMemory', 'open_corpus', 'split_pairs', 'Tokenizer', 'join_words', 'SpacyTokenizer',
+           'load_tokenizers', 'Vocab', 'EncodedPairs', 'encode_pairs']
 
 # %% ../nbs/11_data.ipynb #d6f3bf26
 MULTI30K_URL = (
@@ -214,11 +216,13 @@ def multi30k_paths(
     return paths
 
 # %% ../nbs/11_data.ipynb #5c542d2e
-def _open_text(path: Path):
-    "A binary file object of `path`'s text, decompressed if named .gz or if it starts as gzip does."
+@contextmanager
+def _open_text(path: Path) -> Iterator[BinaryIO]:
+    """A binary file object of `path`'s text, decompressed if named .gz or if it starts as gzip
+    does; the file is opened once, so a pipe (`--src <(...)`) is read too."""
     with open(path, "rb") as f:
-        gzipped = path.suffix == ".gz" or f.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rb") if gzipped else open(path, "rb")
+        gzipped = path.suffix == ".gz" or f.peek(2)[:2] == b"\x1f\x8b"  # peek: nothing consumed
+        yield gzip.GzipFile(fileobj=f, mode="rb") if gzipped else f
 
 # %% ../nbs/11_data.ipynb #b027ab23
 def read_lines(
@@ -322,15 +326,37 @@ class Multi30k:
         "The languages (the files are the published ones, or warned about)."
         return {"multi30k": list(self.langs)}
 
+# %% ../nbs/11_data.ipynb #1349ef47
+_KINDS_OF_FILE = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a pipe"),  # a named one, or `<(...)`'s /dev/fd/63
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+)
+
+
+def not_a_file(path: str | Path) -> str | None:
+    "What `path` is if it is not a regular file ('no such file', 'a folder', 'a pipe'); else None."
+    try:
+        mode = os.stat(path).st_mode  # a symbolic link: what it names
+    except (FileNotFoundError, NotADirectoryError):
+        return "no such file"
+    if stat.S_ISREG(mode):
+        return None
+    return next((words for test, words in _KINDS_OF_FILE if test(mode)), "not a regular file")
+
 # %% ../nbs/11_data.ipynb #0f54c5cd
 def _check_files(**files: tuple[str | Path, str | Path] | None) -> None:
-    "Raise a one-line error naming the first file that is missing or a folder (a usage error)."
+    "Raise a one-line usage error naming the first file that is missing, a folder or a pipe."
     for split, paths in files.items():
         for side, path in zip(("source", "target"), paths or ()):
-            if Path(path).is_dir():
-                raise ChoiceError(f"{path} ({split} {side}) is a folder, not a file")
-            if not Path(path).is_file():
+            what = not_a_file(path)
+            if what == "no such file":
                 raise ChoiceError(f"{path} ({split} {side}): no such file")
+            if what is not None:  # a pipe can be read once: a run reads each file twice
+                why = "" if what == "a folder" else ": a run reads it twice (save it to a file)"
+                raise ChoiceError(f"{path} ({split} {side}) is {what}, not a file{why}")
 
 
 def _read_pairs(split: str, src: str | Path, tgt: str | Path, log: Log) -> list[tuple[str, str]]:

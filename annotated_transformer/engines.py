@@ -38,10 +38,12 @@ if TYPE_CHECKING:  # imported on first use: loading the package needs neither
     import ctranslate2
 
 # %% auto #0
-__all__ = ['TINY_PENALTY', 'QUANTIZATIONS', 'INFO_FILE', 'SUBWORD_FILE', 'README', 'WORD_SNIPPET', 'SUBWORD_SNIPPET', 'ENGINES',
-           'import_ctranslate2', 'NotExportable', 'check_exportable', 'to_spec', 'search_options', 'is_exported',
-           'check_out', 'readme', 'export_model', 'ExportedModel', 'ExportedTranslator', 'engine_of', 'check_loading',
-           'load_translator']
+__all__ = ['TINY_PENALTY', 'QUANTIZATIONS', 'INFO_FILE', 'SUBWORD_FILE', 'VOCABULARY_FILES', 'EXPORT_FILES', 'README',
+           'WORD_SNIPPET', 'SUBWORD_SNIPPET', 'VOCABULARY_BYTES', 'INFO_FIELDS', 'CT2_CONFIG', 'SUBWORD_BYTES',
+           'MODEL_BINARY_VERSION', 'ITEM_BYTES', 'MAX_VARIABLES', 'ENGINES', 'import_ctranslate2', 'NotExportable',
+           'check_exportable', 'to_spec', 'search_options', 'is_exported', 'open_plain', 'read_json', 'recover_export',
+           'exported_files', 'check_out', 'readme', 'bad_token', 'export_model', 'ExportedModel', 'model_shapes',
+           'ExportedTranslator', 'engine_of', 'check_loading', 'load_translator']
 
 # %% ../nbs/19_engines.ipynb #2f042131
 def import_ctranslate2():
@@ -212,29 +214,147 @@ def _by_length(tokens: dict[int, list[str]]) -> dict[int, list[int]]:
     return groups
 
 # %% ../nbs/19_engines.ipynb #c1b2e038
+import os
+import re
 import shutil
+import stat
+import struct
 import uuid
+from contextlib import contextmanager, nullcontext, suppress
+from typing import BinaryIO
 
 from tqdm import tqdm
 
 from . import __version__
+from .config import MAX_PARAMETERS
 from .subwords import SubwordTokenizer
+
+try:
+    import fcntl  # advisory locks: an export in progress is not debris
+except ImportError:  # Windows: debris is recognised by its name and its files alone
+    fcntl = None
 
 # %% ../nbs/19_engines.ipynb #a4d91c8b
 QUANTIZATIONS = ("float32", "int8", "int8_float32")  # what export writes (CTranslate2's names)
 INFO_FILE = "annotated_transformer.json"  # beside CTranslate2's files: what this package needs
 SUBWORD_FILE = "subwords.model"  # a subword run's sentencepiece model
+VOCABULARY_FILES = ("shared_vocabulary.json", "source_vocabulary.json", "target_vocabulary.json")
+EXPORT_FILES = ("model.bin", "config.json", *VOCABULARY_FILES, SUBWORD_FILE, INFO_FILE, "README.md")
+
+
+def _present(path: Path) -> bool:
+    "Is there something at `path` that is not a folder (a file, a link, a FIFO)?"
+    return path.is_symlink() or (path.exists() and not path.is_dir())
 
 
 def is_exported(path: str | Path) -> bool:
-    "Is `path` a model folder that `export_model` wrote?"
+    "Is `path` a model folder that `export_model` wrote (or that claims to be)?"
     path = Path(path)
-    return all((path / name).is_file() for name in ("model.bin", "config.json", INFO_FILE))
+    names = ("model.bin", "config.json", INFO_FILE)
+    return path.is_dir() and all(_present(path / name) for name in names)
+
+# %% ../nbs/19_engines.ipynb #5eec63f4
+def _kind(mode: int) -> str | None:
+    "What a file that is not a plain file is, in words; None for a plain file."
+    kinds = [(stat.S_ISLNK, "a link"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO")]
+    kinds += [(stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")]
+    return next((what for test, what in kinds if test(mode)), None)
 
 
-def check_out(out: str | Path, overwrite: bool) -> None:
-    "Refuse to write over a folder, unless asked to and it holds a model that export wrote."
+def open_plain(path: Path, limit: int) -> BinaryIO:
+    "`path` open for reading, if it is a plain file of one name, not empty, at most `limit` bytes."
+    if what := _kind(os.lstat(path).st_mode):  # before opening: opening a FIFO or device acts
+        raise ValueError(f"{path} is {what}, not a plain file: refusing to read it")
+    nofollow = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    f = os.fdopen(os.open(path, nofollow), "rb")  # swapped for a link meanwhile: ELOOP
+    info, problem = os.fstat(f.fileno()), None
+    if _kind(info.st_mode) or info.st_nlink != 1:
+        problem = f"is {_kind(info.st_mode) or 'a hard link'}, not a plain file of its own"
+    elif not 0 < info.st_size <= limit:
+        problem = "is empty" if not info.st_size else f"has {info.st_size:,} bytes, over {limit:,}"
+    if problem:
+        f.close()
+        raise ValueError(f"{path} {problem}: refusing to read it")
+    return f
+
+# %% ../nbs/19_engines.ipynb #7852a28a
+def read_json(path: Path, limit: int = 2**20) -> object:
+    "The JSON document in `path` (at most `limit` bytes): one-line errors naming the file."
+    with open_plain(path, limit) as f:
+        data = f.read(limit + 1)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        reason = "it nests too deep" if isinstance(error, RecursionError) else error
+        raise ValueError(f"{path} is not readable JSON ({reason})") from None
+
+# %% ../nbs/19_engines.ipynb #36179589
+@contextmanager
+def _held(folder: Path):
+    "An exclusive lock on `folder` while export uses it: `recover_export` leaves it alone."
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # the lock goes with it, as it does when the process is killed
+
+
+def _left_by_export(folder: Path) -> bool:
+    "Is `folder` a plain folder of export's files alone, that no export holds now?"
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    names = os.listdir(folder)
+    if not set(names) <= set(EXPORT_FILES) or not all((folder / n).is_file() for n in names):
+        return False
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: held
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+# %% ../nbs/19_engines.ipynb #1da585f2
+def _debris(out: Path) -> list[Path]:
+    "What interrupted exports to `out` left beside it (`.NAME.<hex>.tmp`, `.old`), newest first."
+    pattern = re.compile(rf"\.{re.escape(out.name)}\.[0-9a-f]{{32}}\.(tmp|old)")
+    found = [p for p in out.parent.iterdir() if pattern.fullmatch(p.name)]
+    found = [p for p in found if _left_by_export(p)]
+    return sorted(found, key=lambda p: -p.stat().st_mtime)
+
+
+def recover_export(out: str | Path) -> None:
+    """Put back the model an interrupted `export --overwrite` moved aside, if `out` is missing;
+    remove the rest of what interrupted exports left (never a folder an export holds now)."""
     out = Path(out)
+    if not out.parent.is_dir():
+        return
+    for left in _debris(out):
+        missing = not (out.exists() or out.is_symlink())
+        if left.suffix == ".old" and missing and is_exported(left):
+            os.rename(left, out)  # the previous model, whole
+        else:
+            shutil.rmtree(left)
+
+# %% ../nbs/19_engines.ipynb #9a27ed20
+def exported_files(out: Path) -> list[str]:
+    "The names of the files export wrote in `out`: INFO_FILE's list (older exports: EXPORT_FILES)."
+    info = read_json(out / INFO_FILE)
+    listed = info.get("files", EXPORT_FILES) if isinstance(info, dict) else None
+    if not isinstance(listed, list | tuple) or not all(isinstance(n, str) for n in listed):
+        raise ValueError(f"{out / INFO_FILE}: field 'files' is not a list of file names")
+    return [name for name in listed if name in EXPORT_FILES]
+
+# %% ../nbs/19_engines.ipynb #e8931d0e
+def check_out(out: str | Path, overwrite: bool) -> None:
+    """Refuse to write over a folder, unless asked to and it holds only a model export wrote
+    (after putting back what an interrupted export left: `recover_export`)."""
+    out = Path(out)
+    recover_export(out)
     if not (out.exists() or out.is_symlink()):
         return
     if not overwrite:
@@ -245,9 +365,15 @@ def check_out(out: str | Path, overwrite: bool) -> None:
         raise ChoiceError(
             f"{out} is not a model folder written by export: --overwrite replaces only those"
         )
+    others = sorted(set(os.listdir(out)) - set(exported_files(out)))
+    if others:
+        raise ChoiceError(
+            f"{out} holds files export did not write ({', '.join(others)}): move them, or choose "
+            f"another folder (--overwrite replaces the folder whole)"
+        )
 
 # %% ../nbs/19_engines.ipynb #c1b2e022
-def _info(ckpt: RunCheckpoint, model: EncoderDecoder, quantization: str) -> dict:
+def _info(ckpt: RunCheckpoint, model: EncoderDecoder, quantization: str, files: list[str]) -> dict:
     "What `ExportedTranslator` reads besides CTranslate2's files: the run's settings, its tokens."
     return dict(
         format=1,
@@ -258,6 +384,7 @@ def _info(ckpt: RunCheckpoint, model: EncoderDecoder, quantization: str) -> dict
         epoch=ckpt.epoch,
         run_id=ckpt.run_id,
         config=ckpt.config.to_dict(),
+        files=files,  # what --overwrite may replace
     )
 
 # %% ../nbs/19_engines.ipynb #f141bdad
@@ -329,6 +456,19 @@ def readme(ckpt: RunCheckpoint, name: str, quantization: str) -> str:
         plain=plain,
     )
 
+# %% ../nbs/19_engines.ipynb #0ec24c0c
+VOCABULARY_BYTES = 64 * 2**20  # a vocabulary file's limit: millions of tokens
+
+
+def bad_token(tokens: Sequence) -> int | None:
+    "The index of the first token that is not text UTF-8 can write (a lone surrogate), or None."
+    for i, token in enumerate(tokens):
+        try:
+            str.encode(token, "utf-8")  # TypeError: not a str
+        except (TypeError, UnicodeEncodeError):
+            return i
+    return None
+
 # %% ../nbs/19_engines.ipynb #5c06c054
 def export_model(
     ckpt: RunCheckpoint,  # a Transformer's run checkpoint (load_checkpoint, average_last)
@@ -341,6 +481,7 @@ def export_model(
         raise ChoiceError(f"quantization {quantization!r}: choose {', '.join(QUANTIZATIONS)}")
     check_exportable(ckpt.config)
     out = Path(out)
+    _check_tokens(ckpt, out)
     check_out(out, overwrite)
     model = ckpt.build_model()
     spec = to_spec(model, ckpt.src_vocab, ckpt.tgt_vocab)
@@ -349,23 +490,48 @@ def export_model(
     tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex}.tmp")  # beside it: renamed at the end
     try:
         tmp.mkdir()
-        spec.save(str(tmp))
-        if ckpt.tokenizer is not None:
-            (tmp / SUBWORD_FILE).write_bytes(ckpt.tokenizer.model)
-        (tmp / INFO_FILE).write_text(json.dumps(_info(ckpt, model, quantization), indent=1))
-        (tmp / "README.md").write_text(readme(ckpt, out.name, quantization), encoding="utf-8")
-        _replace(tmp, out)
+        with _held(tmp):  # not debris to another export's `recover_export`
+            _write_folder(tmp, spec, ckpt, model, quantization, out.name)
+            _replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # still there only if something failed
     return out
 
-# %% ../nbs/19_engines.ipynb #c1b2e025
+# %% ../nbs/19_engines.ipynb #32173cdd
+def _check_tokens(ckpt: RunCheckpoint, out: Path) -> None:
+    "Refuse, before writing, vocabularies the folder could not hold as JSON text."
+    for side, vocab in (("source", ckpt.src_vocab), ("target", ckpt.tgt_vocab)):
+        if (i := bad_token(vocab.itos)) is not None:
+            raise ValueError(
+                f"{out} not written: the checkpoint's {side} vocabulary has token {i} "
+                f"{vocab.itos[i]!r:.40}, not text UTF-8 can write"
+            )
+
+
+def _write_folder(
+    tmp: Path, spec, ckpt: RunCheckpoint, model: EncoderDecoder, quantization: str, name: str
+) -> None:
+    "The folder's files, in `tmp`; INFO_FILE lists them all (what --overwrite may replace)."
+    spec.save(str(tmp))
+    if ckpt.tokenizer is not None:
+        (tmp / SUBWORD_FILE).write_bytes(ckpt.tokenizer.model)
+    (tmp / "README.md").write_text(readme(ckpt, name, quantization), encoding="utf-8")
+    files = sorted([*os.listdir(tmp), INFO_FILE])
+    (tmp / INFO_FILE).write_text(json.dumps(_info(ckpt, model, quantization, files), indent=1))
+
+# %% ../nbs/19_engines.ipynb #b17ea418
 def _replace(tmp: Path, out: Path) -> None:
     "Put the finished folder `tmp` at `out`, replacing the model folder there (checked before)."
     old = out.with_name(f".{out.name}.{uuid.uuid4().hex}.old")
-    if out.exists():
-        out.rename(old)
-    tmp.rename(out)
+    with _held(out) if out.exists() else nullcontext():  # `old` is not debris meanwhile
+        if out.exists():
+            os.rename(out, old)
+        try:
+            os.rename(tmp, out)  # killed before this: the next start puts `old` back
+        except BaseException:
+            with suppress(OSError):  # killed meanwhile: the next start does it
+                os.rename(old, out)
+            raise
     shutil.rmtree(old, ignore_errors=True)
 
 # %% ../nbs/19_engines.ipynb #b25a1627
@@ -391,39 +557,217 @@ def _device(device: str | None) -> tuple[str, int]:
         raise ValueError(f"CTranslate2 runs on cpu or cuda, not {device}")
     return d.type, d.index or 0
 
-# %% ../nbs/19_engines.ipynb #c1b2e028
+# %% ../nbs/19_engines.ipynb #b2254f8a
+INFO_FIELDS = dict(  # what the reader uses of INFO_FILE, and what each must be
+    format=(int, "the number 1"),
+    quantization=(str, f"one of {', '.join(QUANTIZATIONS)}"),
+    parameters=(int, "a whole number of at least 1"),
+    tokenizer=(str, "subwords or spacy"),
+    config=(dict, "the run's settings"),
+)
+
+
+def _check_info(info: object, file: Path, max_parameters: int) -> dict:
+    "INFO_FILE's fields, each checked for type and value; a one-line error naming the field."
+    if not isinstance(info, dict):
+        raise ValueError(f"{file} holds a {type(info).__name__}, not the table export writes")
+    for name, (kind, what) in INFO_FIELDS.items():
+        value = info.get(name)
+        valid = {"format": value == 1, "parameters": isinstance(value, int) and value >= 1}
+        valid |= dict(quantization=value in QUANTIZATIONS, tokenizer=value in ("subwords", "spacy"))
+        if name not in info or type(value) is not kind or not valid.get(name, True):
+            found = "missing" if name not in info else f"{value!r}"[:40]
+            raise ValueError(f"{file}: field {name!r} is {found}, not {what}")
+    if info["parameters"] > max_parameters:
+        raise ValueError(
+            f"{file}: the model has {info['parameters']:,} parameters, over the "
+            f"{max_parameters:,} allowed (raise --max-parameters to load it)"
+        )
+    return info
+
+# %% ../nbs/19_engines.ipynb #46921d01
+def _info_config(info: dict, file: Path) -> TrainConfig:
+    "The run's settings from INFO_FILE: a Transformer's, or a one-line error naming the field."
+    try:
+        config = TrainConfig.from_dict(info["config"])
+    except (TypeError, ValueError, KeyError) as error:
+        raise ValueError(f"{file}: field 'config': {' '.join(str(error).split())[:200]}") from None
+    if not isinstance(config.model, ModelConfig):
+        raise ValueError(f"{file}: field 'config' describes a {arch_of(config.model)} model")
+    return config
+
+# %% ../nbs/19_engines.ipynb #bae9b9af
+def _vocabulary(path: Path) -> Vocab:
+    "A vocabulary file CTranslate2 saved: distinct tokens of text, the special tokens first."
+    tokens = read_json(path, VOCABULARY_BYTES)
+    if not isinstance(tokens, list):
+        raise ValueError(f"{path} holds a {type(tokens).__name__}, not a list of tokens")
+    if (i := bad_token(tokens)) is not None:
+        raise ValueError(f"{path}: token {i} is {tokens[i]!r:.40}, not a token of text")
+    try:
+        return Vocab(tokens)
+    except ValueError as error:  # the specials missing, a token twice
+        raise ValueError(f"{path}: {error}") from None
+
+
 def _vocabularies(path: Path) -> tuple[Vocab, Vocab]:
     "The vocabularies CTranslate2 saved: one shared file, or one for each side."
-    read = lambda side: Vocab(json.loads((path / f"{side}_vocabulary.json").read_text("utf-8")))
-    if (path / "shared_vocabulary.json").is_file():
-        return (read("shared"),) * 2
-    return read("source"), read("target")
+    shared, source, target = (path / name for name in VOCABULARY_FILES)
+    if os.path.lexists(shared):  # a link or a folder there: refused by name
+        return (_vocabulary(shared),) * 2
+    return _vocabulary(source), _vocabulary(target)
+
+# %% ../nbs/19_engines.ipynb #a68b4095
+CT2_CONFIG = dict(  # what export writes in config.json, and what our tokens and searches assume
+    bos_token="<s>",
+    eos_token="</s>",
+    unk_token="<unk>",
+    decoder_start_token="<s>",
+    add_source_bos=True,
+    add_source_eos=True,
+)
+
+
+def _ct2_config(path: Path) -> dict:
+    "CTranslate2's config.json: a table with our special tokens (CTranslate2 checks the rest)."
+    config = read_json(path)
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} holds a {type(config).__name__}, not the table export writes")
+    for name, value in CT2_CONFIG.items():
+        if type(config.get(name)) is not type(value) or config[name] != value:
+            found = f"{config[name]!r:.40}" if name in config else "missing"
+            raise ValueError(f"{path}: field {name!r} is {found}, not {value!r}")
+    return config
+
+# %% ../nbs/19_engines.ipynb #f58a807a
+SUBWORD_BYTES = 64 * 2**20  # a sentencepiece model's limit (a 32,000-piece one has under 1 MB)
 
 
 def _tokenizers(path: Path, info: dict, config: TrainConfig) -> tuple[Tokenizer, Tokenizer]:
     "The (source, target) tokenizers: the folder's subword model twice, or the languages' spaCy."
     if info["tokenizer"] == "subwords":
-        subwords = SubwordTokenizer((path / SUBWORD_FILE).read_bytes(), str(path / SUBWORD_FILE))
+        with open_plain(path / SUBWORD_FILE, SUBWORD_BYTES) as f:
+            subwords = SubwordTokenizer(f.read(SUBWORD_BYTES + 1), str(path / SUBWORD_FILE))
         return subwords, subwords
     return load_tokenizers((config.src_lang, config.tgt_lang))
 
+# %% ../nbs/19_engines.ipynb #fd3e176b
+MODEL_BINARY_VERSION = 6  # the layout of model.bin walked below (CTranslate2 4's)
+ITEM_BYTES = (4, 1, 2, 4, 2, 2)  # float32, int8, int16, int32, float16, bfloat16: by type id
+MAX_VARIABLES = 100_000  # far more than N=48 layers have
+
+
+def _take(f: BinaryIO, fmt: str, path: Path) -> tuple:
+    "The next values of model.bin in the machine's byte order (CTranslate2 writes it so)."
+    data = f.read(struct.calcsize("=" + fmt))
+    if len(data) < struct.calcsize("=" + fmt):
+        raise ValueError(f"{path} ends early (at byte {f.tell():,}): a damaged model.bin")
+    return struct.unpack("=" + fmt, data)
+
+
+def _text(f: BinaryIO, path: Path) -> str:
+    "A name in model.bin: its length (2 bytes), its UTF-8 bytes and a zero byte."
+    (n,) = _take(f, "H", path)
+    raw = f.read(n)
+    if len(raw) != n or not raw.endswith(b"\0"):
+        raise ValueError(f"{path} has a damaged name at byte {f.tell():,}")
+    return raw[:-1].decode("utf-8", "replace")  # a damaged one names no variable we look for
+
+# %% ../nbs/19_engines.ipynb #26f81563
+def model_shapes(f: BinaryIO, path: Path) -> dict[str, tuple[int, ...]]:
+    "Each variable's shape in model.bin, once every byte count is checked against the file."
+    end = os.fstat(f.fileno()).st_size
+    (version,) = _take(f, "I", path)
+    if version != MODEL_BINARY_VERSION:
+        raise ValueError(f"{path}: binary version {version}, not {MODEL_BINARY_VERSION}")
+    _text(f, path)  # the specification's name: TransformerSpec
+    _revision, count = _take(f, "2I", path)
+    if count > MAX_VARIABLES:
+        raise ValueError(f"{path} declares {count:,} variables, over {MAX_VARIABLES:,}")
+    shapes = {}
+    for _ in range(count):
+        name, (rank,) = _text(f, path), _take(f, "B", path)
+        shape, (kind, nbytes) = _take(f, f"{rank}I", path), _take(f, "BI", path)
+        item = ITEM_BYTES[kind] if kind < len(ITEM_BYTES) else 0
+        if not item or nbytes != math.prod(shape) * item or f.tell() + nbytes > end:
+            raise ValueError(f"{path}: variable {name!r} {shape} does not fit its bytes")
+        f.seek(nbytes, os.SEEK_CUR)
+        shapes[name] = shape
+    for _ in range(_take(f, "I", path)[0]):  # aliases: a tied weight stored once
+        alias, target = _text(f, path), _text(f, path)
+        if target not in shapes:
+            raise ValueError(f"{path}: alias {alias!r} names no variable ({target!r})")
+        shapes[alias] = shapes[target]
+    if f.tell() != end:
+        raise ValueError(f"{path} has {end - f.tell():,} bytes after its last variable")
+    return shapes
+
+# %% ../nbs/19_engines.ipynb #2647c6d5
+def _check_shapes(shapes: dict, path: Path, vocabs: tuple[Vocab, Vocab], m: ModelConfig) -> None:
+    "The weights' shapes against the vocabularies' lengths and the run's settings."
+    (src, tgt), d, rows = (len(v) for v in vocabs), m.d_model, m.max_len
+    expected = {
+        "encoder/embeddings_0/weight": (src, d),
+        "decoder/embeddings/weight": (tgt, d),
+        "decoder/projection/weight": (tgt, d),
+        "encoder/position_encodings/encodings": (rows, d),
+        "decoder/position_encodings/encodings": (rows, d),
+    }
+    for name, shape in expected.items():
+        if shapes.get(name) != shape:
+            found = shapes.get(name, "missing")
+            made = "the vocabularies and settings make"
+            raise ValueError(f"{path}: {name} is {found}; {made} {shape}")
+
 # %% ../nbs/19_engines.ipynb #c1b2e030
-def _open(path: Path, device: str | None, threads: int | None) -> tuple:
-    "What an `ExportedTranslator` of the folder holds: the loaded model, vocabularies, tokenizers."
+def _model_file(path: Path, config: TrainConfig, max_parameters: int) -> tuple[BinaryIO, dict]:
+    "model.bin, open, and its variables' shapes: within max_parameters float32 weights, and sound."
+    m = config.model
+    limit = 4 * (max_parameters + 2 * m.max_len * m.d_model) + 2**20  # + position tables, names
+    f = open_plain(path / "model.bin", limit)
+    try:
+        shapes = model_shapes(f, path / "model.bin")
+    except BaseException:
+        f.close()
+        raise
+    f.seek(0)
+    return f, shapes
+
+
+def _engine_files(config: dict, vocabs: tuple[Vocab, Vocab], model: BinaryIO) -> dict:
+    "What CTranslate2 loads, as checked: it then reads nothing from the folder itself."
+    files = {"model.bin": model, "config.json": json.dumps(config).encode()}
+    names = VOCABULARY_FILES[:1] if vocabs[0] is vocabs[1] else VOCABULARY_FILES[1:]
+    files.update({n: json.dumps(v.itos).encode() for n, v in zip(names, vocabs)})
+    return files
+
+# %% ../nbs/19_engines.ipynb #e1023965
+def _open(path: Path, device: str | None, threads: int | None, max_parameters: int) -> tuple:
+    "What an `ExportedTranslator` of the folder holds, once every file it reads is checked."
     if not is_exported(path):
         raise FileNotFoundError(f"{path} is not a model folder written by export")
-    info = json.loads((path / INFO_FILE).read_text("utf-8"))
-    if info.get("format") != 1:
-        raise ValueError(f"{path} was exported by another version: format {info.get('format')!r}")
-    config = TrainConfig.from_dict(info["config"])
-    kind, index = _device(device)
-    threads = threads or torch.get_num_threads()  # OMP_NUM_THREADS sets both engines'
-    engine = import_ctranslate2().Translator(  # each thread translates a batch of its own
-        str(path), kind, device_index=index, inter_threads=threads, intra_threads=1
-    )
-    model = ExportedModel(engine, config.model.max_len, info["quantization"])
+    info = _check_info(read_json(path / INFO_FILE), path / INFO_FILE, max_parameters)
+    config = _info_config(info, path / INFO_FILE)
+    ct2_config = _ct2_config(path / "config.json")
+    vocabs, kind = _vocabularies(path), _device(device)
     tokenizers = _tokenizers(path, info, config)
-    return model, *_vocabularies(path), *tokenizers, config, info["parameters"]
+    model, shapes = _model_file(path, config, max_parameters)
+    with model:
+        _check_shapes(shapes, path / "model.bin", vocabs, config.model)
+        threads = threads or torch.get_num_threads()  # OMP_NUM_THREADS sets both engines'
+        try:  # each thread translates a batch of its own
+            engine = import_ctranslate2().Translator(
+                str(path),
+                kind[0],
+                device_index=kind[1],
+                inter_threads=threads,
+                intra_threads=1,
+                files=_engine_files(ct2_config, vocabs, model),
+            )
+        except RuntimeError as error:  # what CTranslate2 itself refuses
+            raise ValueError(f"{path}: CTranslate2 cannot load it ({str(error)[:200]})") from None
+    model = ExportedModel(engine, config.model.max_len, info["quantization"])
+    return model, *vocabs, *tokenizers, config, info["parameters"]
 
 # %% ../nbs/19_engines.ipynb #b01ceb75
 def _nbest(
@@ -472,19 +816,26 @@ class ExportedTranslator(Translating):
 
     @classmethod
     def from_dir(
-        cls, path: str | Path, device: str | None = None, threads: int | None = None
+        cls,
+        path: str | Path,
+        device: str | None = None,  # cpu (the default) or cuda[:N]
+        threads: int | None = None,  # batches translated at a time (torch's threads)
+        max_parameters: int = MAX_PARAMETERS,  # a folder declaring more is refused
     ) -> ExportedTranslator:
-        "The folder `export_model` wrote, on `device` (the CPU), `threads` batches at a time."
-        return cls(*_open(Path(path), device, threads))
+        "The folder `export_model` wrote, every file checked before CTranslate2 loads it."
+        return cls(*_open(Path(path), device, threads, max_parameters))
 
-    @classmethod
-    def from_checkpoint(
-        cls, ckpt: RunCheckpoint | str | Path, quantization: str = "float32", **options
-    ) -> ExportedTranslator:
-        "A checkpoint's model exported to a temporary folder, loaded (`options`: `from_dir`'s)."
-        ckpt = ckpt if isinstance(ckpt, RunCheckpoint) else load_checkpoint(ckpt)
-        with tempfile.TemporaryDirectory() as tmp:  # deleted once loaded: CTranslate2 read it
-            return cls.from_dir(export_model(ckpt, Path(tmp) / "model", quantization), **options)
+# %% ../nbs/19_engines.ipynb #084bd932
+def _from_checkpoint(
+    cls, ckpt: RunCheckpoint | str | Path, quantization: str = "float32", **options
+) -> ExportedTranslator:
+    "A checkpoint's model exported to a temporary folder, loaded (`options`: `from_dir`'s)."
+    ckpt = ckpt if isinstance(ckpt, RunCheckpoint) else load_checkpoint(ckpt)
+    with tempfile.TemporaryDirectory() as tmp:  # deleted once loaded: CTranslate2 read it
+        return cls.from_dir(export_model(ckpt, Path(tmp) / "model", quantization), **options)
+
+
+ExportedTranslator.from_checkpoint = classmethod(_from_checkpoint)
 
 # %% ../nbs/19_engines.ipynb #c1b2e033
 ENGINES = ("pytorch", "ctranslate2")  # what can run a translator's model
@@ -496,12 +847,17 @@ def engine_of(path: str | Path, engine: str | None = None) -> str:
 
 # %% ../nbs/19_engines.ipynb #c1b2e040
 def check_loading(
-    path: str | Path, average_last: int | None = None, engine: str | None = None
+    path: str | Path,
+    average_last: int | None = None,
+    engine: str | None = None,
+    max_parameters: int = MAX_PARAMETERS,
 ) -> str:
     "The engine that runs `path`'s model, once what cannot be loaded is refused (`ChoiceError`)."
     path, exported = Path(path), is_exported(path)
     if average_last is not None and average_last < 1:
         raise ChoiceError(f"average_last must be at least 1, got average_last={average_last}")
+    if not isinstance(max_parameters, int) or max_parameters < 1:
+        raise ChoiceError(f"max_parameters must be at least 1, got {max_parameters!r}")
     if engine not in (None, *ENGINES):
         raise ChoiceError(f"engine {engine!r}: choose one of {', '.join(ENGINES)}")
     if exported and engine == "pytorch":
@@ -527,12 +883,16 @@ def load_translator(
     average_last: int | None = None,  # average the weights of the checkpoint's last K epochs
     engine: str | None = None,  # "pytorch" (the default) or "ctranslate2"
     device: str | None = None,  # cpu (the default), cuda or cuda:N
+    max_parameters: int = MAX_PARAMETERS,  # refuse a model that declares more
 ) -> Translating:
     "The translator of a checkpoint (or of an average of its last epochs) or of an exported folder."
-    engine = check_loading(path, average_last, engine)
+    engine = check_loading(path, average_last, engine, max_parameters)
     if is_exported(path):
-        return ExportedTranslator.from_dir(path, device=device)
-    ckpt = average_epochs(path, average_last) if average_last else load_checkpoint(path)
+        return ExportedTranslator.from_dir(path, device=device, max_parameters=max_parameters)
+    if average_last:
+        ckpt = average_epochs(path, average_last, max_parameters=max_parameters)
+    else:
+        ckpt = load_checkpoint(path, max_parameters=max_parameters)
     if engine == "pytorch":
         return Translator.from_checkpoint(ckpt, device=device or "cpu")
     return ExportedTranslator.from_checkpoint(ckpt, device=device)

@@ -9,80 +9,247 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/runs.html.md
 # %% ../nbs/15_runs.ipynb #41c1ecbf
 from __future__ import annotations
 
-import errno
+import fnmatch
 import json
 import os
+import re
 import socket
+import stat
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
 from .checkpoint import RunCheckpoint, save_checkpoint
-from .config import ChoiceError
+from .config import ChoiceError, TrainConfig
 
 # %% auto #0
-__all__ = ['RUN_FILES', 'TEMPORARY', 'existing_run', 'refuse_links', 'RunFolder', 'claim_run_folder', 'write_history',
-           'save_epoch']
+__all__ = ['RUN_FILES', 'MARKER', 'TEMPORARY', 'MAX_EPOCH', 'MAX_MARKER_BYTES', 'epoch_file', 'own_file', 'existing_run',
+           'refuse_links', 'write_new', 'write_history', 'write_marker', 'read_marker', 'save_epoch', 'RunFolder',
+           'claim_run_folder']
 
-# %% ../nbs/15_runs.ipynb #3169060e
-RUN_FILES = ("last.pt", "epoch*.pt", "history.json")  # what a run writes in its folder
-TEMPORARY = (".last.pt.*.tmp", ".epoch*.pt.*.tmp", ".history.json.*.tmp")  # writes cut off
+# %% ../nbs/15_runs.ipynb #fa3cfdc4
+RUN_FILES = ("last.pt", "epoch*.pt", "history.json")  # names like a run's files
+MARKER = "annotated-transformer-run.json"  # lists the files the run in the folder wrote
+TEMPORARY = tuple(f".{p}.*.tmp" for p in (*RUN_FILES, MARKER, "writer"))  # writes cut off
+MAX_EPOCH = next(f for f in fields(TrainConfig) if f.name == "epochs").metadata["high"]
+
+
+def epoch_file(epoch: int) -> str:
+    "The name of epoch `epoch`'s weights, built only from a whole number from 1 to MAX_EPOCH."
+    if type(epoch) is not int or not 1 <= epoch <= MAX_EPOCH:  # bool is not an int here
+        raise ValueError(
+            f"epoch {epoch!r} is not a whole number from 1 to {MAX_EPOCH:,}: "
+            f"no file is named after it"
+        )
+    return f"epoch{epoch}.pt"
+
+
+def own_file(name: str) -> bool:
+    "Is `name` one that a run writes (last.pt, history.json, epoch{k}.pt; not epoch_best.pt)?"
+    return name in ("last.pt", "history.json") or bool(re.fullmatch(r"epoch[1-9]\d*\.pt", name))
 
 
 def existing_run(out_dir: Path) -> list[str]:
-    "The files of a run in `out_dir`: its checkpoints and its history."
-    return sorted(p.name for pattern in RUN_FILES for p in out_dir.glob(pattern))
+    "What in `out_dir` is named like a run's files: links and special files included."
+    names = os.listdir(out_dir) if out_dir.is_dir() else []
+    return sorted(n for n in names if any(fnmatch.fnmatchcase(n, p) for p in RUN_FILES))
+
+# %% ../nbs/15_runs.ipynb #74093e78
+_SPECIAL = (
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISFIFO, "a FIFO (a named pipe)"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
-def refuse_links(out_dir: Path, *names: str) -> None:
-    "Refuse a symbolic link where a run file should be: writing would go where it points."
+def _what_is(path: Path, folder: bool) -> str | None:
+    "What `path` is, if not a plain file (or, with `folder`, a folder) of its own; None if it is."
+    try:
+        st = path.lstat()  # the name itself: a link is not followed
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    kind = next((name for test, name in _SPECIAL if test(st.st_mode)), None)
+    if kind is None and stat.S_ISDIR(st.st_mode) != folder:
+        kind = "not a folder" if folder else "a folder"
+    if kind is None and not folder and st.st_nlink > 1:
+        kind = f"a hard link (one file with {st.st_nlink} names)"
+    return kind
+
+# %% ../nbs/15_runs.ipynb #9fcf7a1f
+def refuse_links(out_dir: Path, *names: str, folder: bool = False) -> None:
+    "Refuse a link or a special file where a run's file (or, with `folder`, folder) should be."
     for name in names:
-        if (out_dir / name).is_symlink():
+        kind = _what_is(out_dir / name, folder)
+        if kind is not None:
             raise ValueError(
-                f"{out_dir / name} is a symbolic link: a run's files are never "
-                f"written through links; remove it or choose another --out"
+                f"{out_dir / name} is {kind}: a run reads and writes only plain files of its "
+                f"own, never through links; remove it or choose another --out"
             )
 
-# %% ../nbs/15_runs.ipynb #561b9b46
+# %% ../nbs/15_runs.ipynb #0ecb7e50
+def write_new(path: Path, text: str) -> None:
+    "Write `text` to `path` as a new file renamed into place (a temporary `.NAME.<id>.tmp` first)."
+    tmp = path.with_name(f".{path.name.lstrip('.')}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(tmp, "x", encoding="utf-8") as f:  # "x": a new file, never one a link points to
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # only left if the write failed
+
+
+def write_history(out_dir: Path, history: list[dict]) -> None:
+    "Write `history` to out_dir/history.json atomically: a temporary file renamed over the old one."
+    write_new(out_dir / "history.json", json.dumps(history, indent=1))
+
+
+def write_marker(out_dir: Path, files: list[str]) -> None:
+    "List the files the run in `out_dir` wrote (or is about to write) in its marker."
+    mine = {"written_by": "annotated-transformer train", "files": sorted(set(files))}
+    write_new(out_dir / MARKER, json.dumps(mine, indent=1) + "\n")
+
+# %% ../nbs/15_runs.ipynb #41f09354
+MAX_MARKER_BYTES = 1_000_000  # a marker lists a few file names: far less than this
+
+
+def read_marker(out_dir: Path) -> list[str] | None:
+    "The files the marker of `out_dir` lists; None without a marker."
+    path = out_dir / MARKER
+    refuse_links(out_dir, MARKER)
+    if not path.exists():
+        return None
+    files = None
+    if path.stat().st_size <= MAX_MARKER_BYTES:
+        with suppress(ValueError, RecursionError):  # not UTF-8, not JSON, nested too deep
+            d = json.loads(path.read_text(encoding="utf-8"))
+            files = d.get("files") if isinstance(d, dict) else None
+    if not isinstance(files, list) or not all(isinstance(n, str) and own_file(n) for n in files):
+        raise ValueError(
+            f"{path} is damaged: its 'files' must list a run's files (last.pt, history.json, "
+            f"epoch{{k}}.pt); remove it if the folder is yours"
+        )
+    return files
+
+# %% ../nbs/15_runs.ipynb #b01abb2a
+def _refuse_shared(out_dir: Path) -> None:
+    "Refuse the root folder and the home folder: a run needs a folder of its own."
+    where = out_dir.resolve()
+    shared = {Path(where.anchor): "the root folder", Path.home().resolve(): "your home folder"}
+    if where in shared:
+        raise ValueError(
+            f"{out_dir} is {shared[where]}: a run needs a folder of its own, "
+            f"e.g. {out_dir / 'runs' / 'mine'}"
+        )
+
+# %% ../nbs/15_runs.ipynb #a2565376
+def _in_use(out_dir: Path) -> ValueError:
+    "The error of a start that finds the folder locked, naming the holder if .writer says."
+    holder, who = out_dir / ".writer", "another process"
+    if holder.is_file() and _what_is(holder, False) is None:  # never read through a link
+        with open(holder, encoding="utf-8", errors="replace") as f:
+            who = f.read(200).strip() or who
+    return ValueError(
+        f"{out_dir} is in use by another training run ({who}): wait for it to end or "
+        f"choose another --out"
+    )
+
+
 def _lock(out_dir: Path) -> FileLock:
     "The folder's lock, acquired: one writer at a time, the holder named to the others."
-    refuse_links(out_dir, ".lock", ".writer")
-    lock, holder = FileLock(out_dir / ".lock", timeout=0), out_dir / ".writer"
+    refuse_links(out_dir, ".lock", ".writer")  # the lock file is opened in place
+    lock = FileLock(out_dir / ".lock", timeout=0)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         lock.acquire()
     except Timeout:
-        who = holder.read_text().strip() if holder.is_file() else "another process"
-        raise ValueError(
-            f"{out_dir} is in use by another training run ({who}): wait for it to "
-            f"end or choose another --out"
-        ) from None
+        raise _in_use(out_dir) from None
     except OSError as error:  # a file where a folder should be, no permission
         raise ValueError(
             f"cannot use {out_dir} as the output folder: {error.strerror or error}"
         ) from None
+    if not (out_dir / ".lock").exists():  # removed by a failed start just as this one opened it
+        lock.release()
+        raise _in_use(out_dir)
     return lock
 
 # %% ../nbs/15_runs.ipynb #823ae27e
 def _write_holder(out_dir: Path) -> None:
-    "Note who holds the lock in .writer, never through a link (O_NOFOLLOW)."
+    "Note who holds the lock in .writer: a new file, never one another name shares."
     since = time.strftime("%Y-%m-%d %H:%M:%S")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(out_dir / ".writer", flags, 0o644)
-    except OSError as error:
-        if error.errno == errno.ELOOP:  # a link planted after the check
-            raise ValueError(
-                f"{out_dir / '.writer'} is a symbolic link: refusing to write through it"
-            ) from None
-        raise
-    with os.fdopen(fd, "w") as f:
-        f.write(f"pid {os.getpid()} on {socket.gethostname()}, since {since}\n")
+    write_new(out_dir / ".writer", f"pid {os.getpid()} on {socket.gethostname()}, since {since}\n")
+
+# %% ../nbs/15_runs.ipynb #457638c1
+def _refuse_occupied(out_dir: Path, found: list[str], ours: list[str], overwrite: bool) -> None:
+    "Refuse a new run where files named like a run's are (with `overwrite`: unlisted ones)."
+    strays = [name for name in found if name not in ours]
+    if overwrite and strays:
+        raise ValueError(
+            f"{out_dir} holds {', '.join(strays)}, which no run marker ({MARKER}) lists: "
+            f"--overwrite removes only the files a run wrote; move them away or choose another "
+            f"--out"
+        )
+    if found and not overwrite and ours:
+        can_resume = "--resume to continue it or " if "last.pt" in ours else ""
+        raise ValueError(
+            f"{out_dir} already holds a training run ({', '.join(found)}): "
+            f"pass {can_resume}--overwrite to replace it"
+        )
+    if found and not overwrite:
+        older = "; --resume continues a run of an older version" if "last.pt" in found else ""
+        raise ValueError(
+            f"{out_dir} holds {', '.join(found)}, named like a run's files but listed by no run "
+            f"marker ({MARKER}): move them away or choose another --out{older}"
+        )
+
+# %% ../nbs/15_runs.ipynb #c4d78a10
+def _refuse_resume(out_dir: Path, found: list[str], ours: list[str]) -> None:
+    "Refuse to resume from a folder with no last.pt, saying how to go on."
+    if not found:
+        raise FileNotFoundError(
+            f"--resume: no checkpoint at {out_dir / 'last.pt'}: start the run without --resume"
+        )
+    if "last.pt" not in found:
+        how = "train it again with --overwrite" if set(found) <= set(ours) else "move them away"
+        raise ValueError(
+            f"--resume: {out_dir} holds only {', '.join(found)}, no last.pt to continue from: {how}"
+        )
+
+# %% ../nbs/15_runs.ipynb #29f123d7
+def _check_contents(out_dir: Path, resume: bool, overwrite: bool) -> tuple[list[str], list[str]]:
+    "The run's files in `out_dir` and the others, if what the folder holds allows the start."
+    found = existing_run(out_dir)
+    refuse_links(out_dir, *found)  # read on a resume, replaced on an overwrite: never followed
+    refuse_links(out_dir, "tensorboard", folder=True)  # --tensorboard writes into it
+    listed = read_marker(out_dir)
+    ours = [name for name in found if name in (listed or [])]
+    if resume:
+        _refuse_resume(out_dir, found, ours)
+        return (ours if listed is not None else [n for n in found if own_file(n)]), []
+    _refuse_occupied(out_dir, found, ours, overwrite)
+    others = os.listdir(out_dir) if out_dir.is_dir() else []
+    return ours, sorted(n for n in others if n not in found and n != MARKER and n[0] != ".")
+
+# %% ../nbs/15_runs.ipynb #f69fcf6b
+def save_epoch(out_dir: Path, ckpt: RunCheckpoint, keep_epochs: int) -> None:
+    "Write last.pt and epoch{k}.pt for the epoch `ckpt` ends, keeping `keep_epochs` epoch files."
+    name, listed = epoch_file(ckpt.epoch), read_marker(out_dir)
+    if listed is None:  # a run written before markers: its own names are its files
+        listed = [n for n in existing_run(out_dir) if own_file(n)]
+    listed = sorted({*listed, "last.pt", name, "history.json"})
+    write_marker(out_dir, listed)  # listed before they are written
+    save_checkpoint(out_dir / "last.pt", ckpt)
+    save_checkpoint(out_dir / name, ckpt.weights_only())
+    write_history(out_dir, ckpt.history)
+    if ckpt.epoch > keep_epochs and (old := epoch_file(ckpt.epoch - keep_epochs)) in listed:
+        (out_dir / old).unlink(missing_ok=True)
+        write_marker(out_dir, [n for n in listed if n != old])
 
 # %% ../nbs/15_runs.ipynb #8e65391e
 @dataclass
@@ -90,48 +257,40 @@ class RunFolder:
     "A claimed run folder: where the run writes, and the old run it replaces at its first save."
 
     path: Path
-    replaced: list[str] = field(
-        default_factory=list
-    )  # an old run's files, deleted at the first save
+    replaced: list[str] = field(default_factory=list)  # an old run's files: go at the first save
     cleaned: int = 0  # temporary files left by an interrupted write, removed when claimed
+    kept: list[str] = field(default_factory=list)  # other files --overwrite leaves alone
+    saved: bool = False  # whether this run has written a checkpoint yet
 
     def save_epoch(self, ckpt: RunCheckpoint, keep_epochs: int) -> None:
         "Write the epoch's checkpoints and history (the old run goes first, if one is replaced)."
-        refuse_links(self.path, "last.pt", f"epoch{ckpt.epoch}.pt", "history.json")
+        refuse_links(self.path, "last.pt", epoch_file(ckpt.epoch), "history.json", MARKER)
         for name in self.replaced:  # the new run is about to write its first checkpoint
             (self.path / name).unlink(missing_ok=True)
-        self.replaced = []
+        if self.replaced:
+            write_marker(self.path, [])  # forgotten only once they are gone
+        self.replaced, self.saved = [], True
         save_epoch(self.path, ckpt, keep_epochs)
 
     def restore_epoch_file(self, ckpt: RunCheckpoint) -> bool:
         "Write epoch{k}.pt from last.pt if a kill came between the two; whether it was missing."
-        path = self.path / f"epoch{ckpt.epoch}.pt"
+        path = self.path / epoch_file(ckpt.epoch)
         if path.exists() or path.is_symlink():
             return False
         save_checkpoint(path, ckpt.weights_only())
         return True
 
-# %% ../nbs/15_runs.ipynb #888eb92e
-def _check_contents(out_dir: Path, resume: bool, overwrite: bool) -> list[str]:
-    "The run files in `out_dir`, if what the folder holds allows the start asked for."
-    previous = existing_run(out_dir)
-    refuse_links(out_dir, *previous)  # read on a resume, replaced on an overwrite: never followed
-    if previous and not (resume or overwrite):
-        can_resume = "--resume to continue it or " if "last.pt" in previous else ""
-        raise ValueError(
-            f"{out_dir} already holds a training run ({', '.join(previous)}): "
-            f"pass {can_resume}--overwrite to replace it"
-        )
-    if resume and not previous:
-        raise FileNotFoundError(
-            f"--resume: no checkpoint at {out_dir / 'last.pt'}: start the run without --resume"
-        )
-    if resume and "last.pt" not in previous:
-        raise ValueError(
-            f"--resume: {out_dir} holds only {', '.join(previous)}, no last.pt to continue "
-            f"from: train it again with --overwrite"
-        )
-    return previous
+# %% ../nbs/15_runs.ipynb #c8243af6
+def _made_here(out_dir: Path) -> list[Path]:
+    "What a claim of `out_dir` will make: the folder and its .lock, those missing now."
+    return [p for p in (out_dir / ".lock", out_dir) if not (p.exists() or p.is_symlink())]
+
+
+def _remove_made(made: list[Path]) -> None:
+    "Remove the .lock (and the folder, if empty) that a start which saved nothing made."
+    for path in made:
+        with suppress(OSError):  # a folder that is not empty stays
+            path.rmdir() if path.is_dir() else path.unlink()
 
 # %% ../nbs/15_runs.ipynb #535fdf7d
 @contextmanager
@@ -145,33 +304,20 @@ def claim_run_folder(
         raise ChoiceError(
             "--resume continues the run in the folder and --overwrite replaces it: give one of them"
         )
+    _refuse_shared(out_dir)
+    made, folder = _made_here(out_dir), None
     lock = _lock(out_dir)
     try:
         _write_holder(out_dir)
         debris = [p for pattern in TEMPORARY for p in out_dir.glob(pattern)]
         for path in debris:
             path.unlink(missing_ok=True)
-        previous = _check_contents(out_dir, resume, overwrite)
-        yield RunFolder(out_dir, previous if overwrite else [], len(debris))
+        ours, others = _check_contents(out_dir, resume, overwrite)
+        kept = others if overwrite else []
+        folder = RunFolder(out_dir, ours if overwrite else [], len(debris), kept)
+        yield folder
     finally:
         (out_dir / ".writer").unlink(missing_ok=True)
+        if folder is None or not folder.saved:
+            _remove_made(made)  # while still locked: no other start can be using them
         lock.release()
-
-# %% ../nbs/15_runs.ipynb #c9f4b043
-def write_history(out_dir: Path, history: list[dict]) -> None:
-    "Write `history` to out_dir/history.json atomically: a temporary file renamed over the old one."
-    tmp = out_dir / f".history.json.{uuid.uuid4().hex}.tmp"
-    try:
-        with open(tmp, "x") as f:  # "x": a new file, never one a link points to
-            json.dump(history, f, indent=1)
-        os.replace(tmp, out_dir / "history.json")
-    finally:
-        tmp.unlink(missing_ok=True)  # only left if the write failed
-
-
-def save_epoch(out_dir: Path, ckpt: RunCheckpoint, keep_epochs: int) -> None:
-    "Write last.pt and epoch{k}.pt for the epoch `ckpt` ends, keeping `keep_epochs` epoch files."
-    save_checkpoint(out_dir / "last.pt", ckpt)
-    save_checkpoint(out_dir / f"epoch{ckpt.epoch}.pt", ckpt.weights_only())
-    write_history(out_dir, ckpt.history)
-    (out_dir / f"epoch{ckpt.epoch - keep_epochs}.pt").unlink(missing_ok=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -26,15 +27,15 @@ from torch.utils.data import DataLoader
 # %% auto #0
 __all__ = ['VAL_EXTRA', 'FIGURES', 'run_config', 'resolve_run_config', 'run_corpus', 'load_pairs', 'check_same_data',
            'training_subset', 'new_tokenizers', 'build_vocabularies', 'too_long', 'check_lengths', 'RunData',
-           'prepare_data', 'Learner', 'build_learner', 'restore', 'validate', 'RunSetup', 'tensorboard_writer',
-           'fit_epoch', 'epoch_checkpoint', 'fit', 'start_run', 'train']
+           'prepare_data', 'Learner', 'build_learner', 'restore', 'perplexity', 'validate', 'RunSetup',
+           'tensorboard_writer', 'fit_epoch', 'epoch_checkpoint', 'fit', 'start_run', 'train']
 
 # %% ../nbs/09_trainer.ipynb #aed88503
 from .batching import make_loader
 from .checkpoint import ResumeState, RunCheckpoint, load_checkpoint
 from .checkpoint import rng_state, set_rng_state
-from .config import ChoiceError, Choices, RuntimeOptions, TrainConfig
-from .config import check_resume, resolve_config
+from .config import MAX_PARAMETERS, ChoiceError, Choices, RuntimeOptions
+from .config import TrainConfig, check_resume, resolve_config
 from .data import CORPORA, Corpus, EncodedPairs, Log, Tokenizer, Vocab
 from .data import encode_pairs, load_tokenizers, open_corpus
 from .distributed import PRECISIONS, DistributedSetup, cleanup_distributed
@@ -71,6 +72,7 @@ def resolve_run_config(
     config_file: Path | None = None,  # a new run's settings, in a JSON or TOML file
     corpus: Corpus | None = None,  # the data given; None: the configuration's corpus
     resume: bool = False,  # continue the run in out_dir
+    max_parameters: int = MAX_PARAMETERS,  # the most a resumed run's last.pt may declare
 ) -> TrainConfig:
     "The configuration of the run `choices` describe: a new one, or a resumed one they must match."
     if (
@@ -88,7 +90,8 @@ def resolve_run_config(
     if resume:
         refuse_links(Path(out_dir), "last.pt")  # read before the folder is claimed: no links
     # without last.pt, train says what the folder holds and how to go on
-    stored = load_checkpoint(last).config if resume and last.exists() else None
+    read = resume and last.exists()
+    stored = load_checkpoint(last, max_parameters=max_parameters).config if read else None
     own = corpus is not None and corpus.subwords
     return resolve_config(choices, config_file, own, stored, str(last))
 
@@ -109,18 +112,25 @@ def load_pairs(
     return pairs
 
 # %% ../nbs/09_trainer.ipynb #624f876f
+def _has_files(split_origin: object) -> bool:
+    "Is this split's origin a list of files (your own, with their SHA-256s since 0.3)?"
+    return isinstance(split_origin, dict) and isinstance(split_origin.get("files"), list)
+
+
 def _describe(origin: dict) -> str:
     "Where a run's data came from, in words."
     return "; ".join(
-        f"{split}: {' and '.join(d['files']) if isinstance(d, dict) else d}"
+        f"{split}: {' and '.join(map(str, d['files'])) if _has_files(d) else d}"
         for split, d in origin.items()
     )
 
 # %% ../nbs/09_trainer.ipynb #26a8edd7
 def check_same_data(trained_on: dict, now: dict, path: Path) -> None:
     "Refuse to resume a run on other data than it was trained on, naming what differs."
+    named_only = any(_has_files(d) and "sha256" not in d for d in trained_on.values())
+    key = "files" if named_only else "sha256"  # a run of 0.2 recorded its files' names only
     contents = [
-        {split: d["sha256"] if isinstance(d, dict) else d for split, d in origin.items()}
+        {split: d.get(key) if _has_files(d) else d for split, d in origin.items()}
         for origin in (trained_on, now)
     ]
     if contents[0] != contents[1]:
@@ -282,18 +292,47 @@ def build_learner(
     return Learner(model, loss_fn, optimizer, scheduler, scaler)
 
 # %% ../nbs/09_trainer.ipynb #bcf5a68a
-def restore(learner: Learner, ckpt: RunCheckpoint, log: Log) -> None:
+def _load_part(what: str, load: Callable[[], object], source: str | Path) -> None:
+    "Load one part of a resumed run's state; a one-line error naming `source` if it does not fit."
+    try:
+        load()
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RuntimeError) as error:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        raise ValueError(f"{source} holds {what} this run cannot load ({reason})") from None
+
+
+def _check_moments(optimizer: torch.optim.Optimizer, source: str | Path) -> None:
+    "Refuse optimizer state (Adam's moments) whose shapes are not its parameters'."
+    for p in (p for group in optimizer.param_groups for p in group["params"]):
+        for name, value in optimizer.state.get(p, {}).items():
+            if isinstance(value, torch.Tensor) and value.dim() and value.shape != p.shape:
+                raise ValueError(
+                    f"{source} holds an optimizer {name} of {tuple(value.shape)} for a parameter "
+                    f"of {tuple(p.shape)}: an optimizer state this run cannot load"
+                )
+
+# %% ../nbs/09_trainer.ipynb #05f40913
+def restore(
+    learner: Learner, ckpt: RunCheckpoint, log: Log, source: str | Path = "last.pt"
+) -> None:
     "Load a checkpoint's weights, optimizer, schedule, scaler, counts, history and random state."
     resume = ckpt.resume
-    learner.model.load_state_dict(ckpt.model)
-    learner.optimizer.load_state_dict(resume.optimizer)
-    learner.scheduler.load_state_dict(resume.scheduler)
+    if resume is None:
+        raise ValueError(f"{source} holds weights only (an epoch file?): no state to resume from")
+    _load_part("weights", lambda: learner.model.load_state_dict(ckpt.model), source)
+    _load_part(
+        "an optimizer state", lambda: learner.optimizer.load_state_dict(resume.optimizer), source
+    )
+    _check_moments(learner.optimizer, source)
+    _load_part("a schedule", lambda: learner.scheduler.load_state_dict(resume.scheduler), source)
     if learner.scaler is not None and resume.scaler is not None:
-        learner.scaler.load_state_dict(resume.scaler)
+        _load_part(
+            "a float16 scaler", lambda: learner.scaler.load_state_dict(resume.scaler), source
+        )
     learner.state, learner.history = replace(resume.counts), list(ckpt.history)
     rank, world = rank_and_world()
     if len(resume.rng) == world:  # one state per process that wrote it
-        set_rng_state(resume.rng[rank])
+        _load_part("a random state", lambda: set_rng_state(resume.rng[rank]), source)
     else:
         log(
             f"the checkpoint was written by {len(resume.rng)} process(es) "
@@ -302,6 +341,11 @@ def restore(learner: Learner, ckpt: RunCheckpoint, log: Log) -> None:
         )
 
 # %% ../nbs/09_trainer.ipynb #5919f019
+def perplexity(nll: float) -> float:
+    "exp of the mean negative log-likelihood per token: inf past float's range, not an error."
+    return math.inf if nll >= math.log(sys.float_info.max) else math.exp(nll)  # NaN stays NaN
+
+
 def validate(
     learner: Learner,
     data: RunData,
@@ -320,7 +364,7 @@ def validate(
         sources, references = zip(*data.val_pairs)
         hypotheses = translator.translate(sources, Search(max_extra=VAL_EXTRA), progress)
         scores = bleu(hypotheses, references, translator.tgt_tokenizer)
-        return loss, math.exp(nll), scores.sacrebleu
+        return loss, perplexity(nll), scores.sacrebleu
 
 # %% ../nbs/09_trainer.ipynb #5cc86161
 @dataclass(frozen=True)
@@ -347,6 +391,7 @@ def tensorboard_writer(out_dir: Path):
         raise ValueError(
             "--tensorboard needs the tensorboard package: pip install tensorboard"
         ) from None
+    refuse_links(out_dir, "tensorboard", folder=True)  # a link would log into another folder
     return SummaryWriter(out_dir / "tensorboard")
 
 # %% ../nbs/09_trainer.ipynb #2c95de1f
@@ -433,6 +478,22 @@ def _report(entry: dict, log: Log, writer) -> None:
     for name in FIGURES if writer is not None else ():
         writer.add_scalar(name, entry[name], entry["epoch"])
 
+# %% ../nbs/09_trainer.ipynb #51c22701
+@contextmanager
+def _diverging(epoch: int, history: list[dict]) -> Iterator[None]:
+    "Turn a loss that is not finite into a one-line error naming the epoch and what is kept."
+    try:
+        yield
+    except FloatingPointError as error:
+        kept = f"last.pt keeps epoch {len(history)}" if history else "no checkpoint was written"
+        loss = history[-1].get("train_loss") if history else None
+        if isinstance(loss, float):
+            kept += f" (training loss {loss:.3f})"
+        raise ValueError(
+            f"the run diverged in epoch {epoch + 1}: {error}; {kept}: train again with a longer "
+            f"--warmup (or a lower factor, in a --config file)"
+        ) from None
+
 # %% ../nbs/09_trainer.ipynb #32c1a468
 def fit(
     folder: RunFolder | None,  # the claimed run folder; None on all but the first process
@@ -447,17 +508,16 @@ def fit(
     writer = tensorboard_writer(folder.path) if options.tensorboard and process.is_main else None
     for epoch in range(len(learner.history), setup.config.epochs):
         start = time.time()
-        entry = fit_epoch(epoch, learner, wrapped, loader, setup)
-        rng = gather_objects(rng_state(), process.world_size)  # all processes': an exact resume
-        if process.is_main:
-            scores = validate(learner, data, val_loader, process.device, options.progress)
-            entry.update(
-                zip(("val_loss", "val_ppl", "val_bleu"), scores), seconds=time.time() - start
-            )
-            learner.history.append(entry)
-            _report(entry, setup.log, writer)
-            ckpt = epoch_checkpoint(setup, data, learner, rng)
-            folder.save_epoch(ckpt, options.keep_epochs)  # the first replaces an old run
+        with _diverging(epoch, learner.history):  # a loss that is not finite: one line
+            entry = fit_epoch(epoch, learner, wrapped, loader, setup)
+            rng = gather_objects(rng_state(), process.world_size)  # all processes': exact resume
+            if process.is_main:
+                scores = validate(learner, data, val_loader, process.device, options.progress)
+                entry.update(zip(("val_loss", "val_ppl", "val_bleu"), scores))
+                learner.history.append({**entry, "seconds": time.time() - start})
+                _report(learner.history[-1], setup.log, writer)
+                ckpt = epoch_checkpoint(setup, data, learner, rng)
+                folder.save_epoch(ckpt, options.keep_epochs)  # the first replaces an old run
         if process.world_size > 1:
             dist.barrier()  # the others wait while the first validates and saves
     if writer is not None:
@@ -466,13 +526,27 @@ def fit(
 
 # %% ../nbs/09_trainer.ipynb #f638428d
 def _tidy(folder: RunFolder, ckpt: RunCheckpoint | None, log: Callable[[str], None]) -> None:
-    "Say what an interrupted write left, and write the epoch file a kill kept from being written."
+    """Say what an interrupted write left and what --overwrite keeps; write the epoch file that a
+    kill kept from being written."""
+    if folder.kept:
+        log(f"--overwrite keeps {', '.join(folder.kept)} in {folder.path}: no run wrote them")
     if folder.cleaned:
         log(
             f"removed {folder.cleaned} temporary file(s) an interrupted write left in {folder.path}"
         )
     if ckpt is not None and folder.restore_epoch_file(ckpt):
         log(f"wrote epoch{ckpt.epoch}.pt again from last.pt (the run was stopped between the two)")
+
+# %% ../nbs/09_trainer.ipynb #dd52f768
+def _nothing_left(ckpt: RunCheckpoint | None, config: TrainConfig, last: Path, log: Log) -> bool:
+    "Whether a resumed run has already trained every epoch asked for (said in one line)."
+    if ckpt is None or len(ckpt.history) < config.epochs:
+        return False
+    log(
+        f"{last} has trained {len(ckpt.history)} epochs and --epochs is {config.epochs}: "
+        f"nothing left to train (give a larger --epochs to continue the run)"
+    )
+    return True
 
 # %% ../nbs/09_trainer.ipynb #9b85ba92
 def start_run(
@@ -528,10 +602,12 @@ def train(
             log, options = (lambda message: None), replace(options, progress=False)
         claim = claim_run_folder(out_dir, resume, overwrite) if process.is_main else nullcontext()
         with claim as folder:
-            ckpt = load_checkpoint(last) if resume else None
+            ckpt = load_checkpoint(last, max_parameters=options.max_parameters) if resume else None
             if folder is not None:
                 _tidy(folder, ckpt, log)
             config = run_config(config, ckpt, corpus, str(last))
+            if _nothing_left(ckpt, config, last, log):
+                return ckpt if process.is_main else None
             run_id = ckpt.run_id if ckpt is not None else uuid.uuid4().hex
             setup = RunSetup(config, options, process, log, run_id)
             data, learner = start_run(setup, run_corpus(config, corpus), ckpt, last)

@@ -196,16 +196,24 @@ def _scaled_step(
     optimizer.zero_grad(set_to_none=True)
 
 # %% ../nbs/09_trainer.ipynb #390d6378
-def _read_losses(unread: list[tuple[Tensor, int, int, int]]) -> float:
-    """The sum of the batches' losses, read back at once; a FloatingPointError naming the first
-    batch whose loss is not finite."""
-    losses = torch.stack([loss for loss, *_ in unread]).double().cpu()  # one wait for the device
+def _read_losses(run: "_Pass") -> float:  # _Pass: below
+    """The sum of the unread batches' losses, read back at once; a FloatingPointError naming the
+    first batch whose loss is not finite, and the mean loss per token before it."""
+    losses = torch.stack([loss for loss, *_ in run.unread]).double().cpu()  # one wait
     bad = (~losses.isfinite()).nonzero()
     if len(bad):
-        _, i, run_batch, steps = unread[bad[0, 0]]
+        k = int(bad[0, 0])
+        _, _, i, run_batch, steps = run.unread[k]
+        read = run.tokens - sum(tokens for _, tokens, *_ in run.unread)  # in the losses read
+        tokens = read + sum(tokens for _, tokens, *_ in run.unread[:k])
+        before = (
+            f"after a mean loss of {(run.loss + losses[:k].sum().item()) / tokens:.3f} per token"
+            if tokens
+            else "its first batch"
+        )
         raise FloatingPointError(
-            f"the loss is {losses[bad[0, 0]].item()} at batch {run_batch} of the run "
-            f"(batch {i} of this pass, after {steps} optimizer steps): stopping"
+            f"the loss is {losses[k].item()} at batch {run_batch} of the run (batch {i} of "
+            f"this pass, after {steps} optimizer steps), {before}: stopping"
         )
     return losses.sum().item()
 
@@ -247,8 +255,8 @@ class _Pass:
     updates: Updates | None  # None: evaluation
     state: TrainState
     options: EpochOptions
-    # (loss on the device, batch of this pass, batch of the run, optimizer steps) per batch
-    unread: list[tuple[Tensor, int, int, int]] = field(default_factory=list)
+    # (loss on the device, target tokens, batch of this pass, batch of the run, optimizer steps)
+    unread: list[tuple[Tensor, int, int, int, int]] = field(default_factory=list)
     loss: float = 0.0  # the losses read back, summed
     tokens: int = 0  # target tokens of this process
     pending: int = 0  # batches of the open optimizer step
@@ -261,7 +269,7 @@ def _take(run: _Pass, i: int, batch: Batch, last: bool) -> None:
     ends_step = training and (run.pending + 1 == run.updates.accum_iter or last)
     sync = ends_step or world == 1 or not training  # all-reduce on a step's last batch
     loss = _forward_backward(run.model, batch, run.loss_fn, training, sync, run.options)
-    run.unread.append((loss, i, run.state.batches, run.state.optimizer_steps))
+    run.unread.append((loss, batch.ntokens, i, run.state.batches, run.state.optimizer_steps))
     run.tokens += batch.ntokens
     if training:
         run.state.count(batch)
@@ -302,7 +310,7 @@ def train_epoch(
         for i, (batch, last) in enumerate(_with_last(bar)):
             _take(run, i, batch if options.device is None else batch.to(options.device), last)
             if len(run.unread) == options.read_every or last:
-                run.loss, run.unread = run.loss + _read_losses(run.unread), []
+                run.loss, run.unread = run.loss + _read_losses(run), []
                 _show(bar, run, start)
     bar.close()
     return _mean_over_processes(run.loss, run.tokens, options.world, model), run.state

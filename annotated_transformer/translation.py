@@ -28,8 +28,8 @@ __all__ = ['GREEDY', 'Scored', 'Search', 'Translating', 'Translator', 'BleuScore
 class Search:
     "How to search for translations: greedy or beam search, the length penalty and limit (§6.1)."
 
-    beam_size: int = setting(
-        1, "beam size (default 1: greedy; the paper uses 4)", low=1, flag="--beam"
+    beam_size: int = setting(  # at most 1,000: a wider beam is memory and time for nothing
+        1, "beam size (default 1: greedy; the paper uses 4)", low=1, high=1_000, flag="--beam"
     )
     alpha: float = setting(  # beam search's length penalty (§6.1)
         ALPHA, "beam search length penalty, as in the paper", low=0
@@ -41,7 +41,7 @@ class Search:
     allow_unk: bool = setting(
         False, "let translations contain <unk> (default: the next best word replaces it)"
     )
-    batch_size: int = setting(128, None, low=1)  # sentences decoded together
+    batch_size: int = setting(128, "sentences decoded together (fewer: less memory)", low=1)
 
     def __post_init__(self):
         check_settings(self)
@@ -257,7 +257,8 @@ def source_tokens(
     too_long = [i for i, t in tokens.items() if len(t) > longest]
     if too_long:
         i = too_long[0]
-        reason = f"has {len(tokens[i])} tokens, too long for this model (at most {longest})"
+        room = f"at most {longest}" if longest > 0 else f"max_len={max_len} leaves room for none"
+        reason = f"has {len(tokens[i])} tokens, too long for this model ({room})"
         raise SentenceError(i, reason)
     return tokens
 
@@ -379,6 +380,9 @@ def _test_set(
             f"{name(references, 'the references')} has {len(ref)}: the references must "
             f"translate the sources line by line"
         )
+    if not src:  # sacreBLEU has no score for no sentences
+        shown = str(sources) if isinstance(sources, Path) else "the sources"
+        raise ValueError(f"{shown} holds no sentences: nothing to evaluate")
     return src, ref
 
 # %% ../nbs/19_engines.ipynb #c1b2e018

@@ -24,15 +24,19 @@ def own_file_args(corpus: dict[str, Path]) -> list[str]:
 
 
 def one_error_line(err: str, command: str) -> str:
-    "The one line a refused command writes to standard error (checked to be only that)."
+    "The one line a refused command writes to standard error: no traceback, not the catch-all."
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"annotated-transformer {command}: error: "), err
+    assert "Traceback" not in err and "internal error" not in err, err
     return lines[0]
 
 
 def refused(argv: list[str], status: int, capsys: pytest.CaptureFixture) -> str:
-    "Run `main(argv)`, which must return `status` having printed one line on standard error only."
-    assert main(argv) == status
+    "Run `main(argv)`, which must end with `status` (argparse's exit too) and one line on stderr."
+    try:
+        assert main(argv) == status
+    except SystemExit as exit:  # a bad flag: argparse's usage error
+        assert exit.code == status
     out, err = capsys.readouterr()
     assert out == "", f"something was printed before the error: {out!r}"
     return one_error_line(err, argv[0])

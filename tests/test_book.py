@@ -9,8 +9,9 @@ What is checked (tests/test_browser.py checks the rendered pages themselves):
    "Open in Colab" badge that opens its own notebook; the landing page (hence README.md) names
    every chapter by its title too, and its Python example runs.
 3. The renderer: import-only cells are recognized, directives and `#| hide` cells go, exported cells
-   are labelled with their module, the table of contents nests by heading level, and KaTeX is
-   checked against its pinned hash and unpacked file by file (a tampered download is refused).
+   are labelled with their module, the table of contents nests by heading level, KaTeX is
+   checked against its pinned hash and unpacked file by file (a tampered download is refused), and
+   each executed cell's seconds are recorded, slowest first (tools/test.sh prints the ten slowest).
 4. nbs/_quarto.yml and its sidebar stay valid for Quarto users, listing every notebook in reading
    order.
 5. The page tells the truth (tools/prose.py): every figure our prose cites is shown on its page (a
@@ -202,6 +203,35 @@ def test_the_table_of_contents_nests_by_heading_level(render) -> None:
         '<ul class="book-toc"><li><a href="#a">A</a></li><ul><li><a href="#a.1">A &amp; 1</a></li>'
         '<ul><li><a href="#x">x</a></li></ul></ul><li><a href="#b">B</a></li></ul>'
     )
+
+
+def test_cell_timings_come_from_a_real_execution_slowest_first_and_name_the_slow_cells(
+    render, tmp_path: Path
+) -> None:
+    "tools/test.sh prints the head of this table: the ten slowest cells of the main job."
+    cells = ["#| slow\nimport time\ntime.sleep(1.0)", "x = 1", "#| hide\ntime.sleep(0.5)"]
+    nb_path = tmp_path / "01_t.ipynb"
+    nbformat.write(
+        nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), nb_path
+    )
+    rows = render.timings(render.execute(nb_path, timeout=60), nb_path.name)
+    assert [first for _, _, _, first in rows] == ["import time", "x = 1", "time.sleep(0.5)"]
+    assert rows[0][0] >= 1.0 and rows[2][0] >= 0.5
+    render.write_timings(tmp_path / "t.tsv", rows)
+    table = [line.split("\t") for line in (tmp_path / "t.tsv").read_text().splitlines()]
+    assert table[0] == ["seconds", "notebook", "cell", "first line"]
+    assert [row[3] for row in table[1:]] == ["import time", "time.sleep(0.5)", "x = 1"]
+    slow = render.over_budget(rows, budget=0.9)  # one line per cell over the budget
+    assert len(slow) == 1 and slow[0].startswith(f"01_t.ipynb cell {rows[0][2]}: ")
+    assert slow[0].endswith(" s (import time)")
+    assert render.cell_seconds(nbformat.v4.new_code_cell("never run")) is None
+
+
+def test_the_test_command_trains_the_chapters_run_first_and_prints_the_slowest() -> None:
+    "nbdev-test only reads the chapters' run (issue 36); the slowest cells and tests are shown."
+    script = (ROOT / "tools" / "test.sh").read_text()
+    assert script.index("render.py --prepare-run") < script.index("nbdev-test --n-workers")
+    assert "--timings" in script and "--durations=10" in script
 
 
 def fake_katex(extra: dict[str, bytes]) -> bytes:

@@ -34,7 +34,7 @@ import torch
 from synthetic import made_up_pairs, synthetic_pairs, write_lines
 
 import annotated_transformer.trainer as trainer
-from annotated_transformer.checkpoint import ResumeState, RunCheckpoint, load_checkpoint
+from annotated_transformer.checkpoint import ResumeState, RunCheckpoint, load_checkpoint, rng_state
 from annotated_transformer.config import (
     DEFAULT_VOCAB_SIZE,
     ChoiceError,
@@ -58,9 +58,15 @@ from annotated_transformer.data import (
 from annotated_transformer.distributed import DistributedSetup
 from annotated_transformer.losses import LabelSmoothing
 from annotated_transformer.model import ModelConfig
-from annotated_transformer.runs import claim_run_folder, existing_run, save_epoch, write_history
+from annotated_transformer.runs import (
+    claim_run_folder,
+    existing_run,
+    save_epoch,
+    write_history,
+    write_marker,
+)
 from annotated_transformer.subwords import SubwordTokenizer
-from annotated_transformer.training import TrainState
+from annotated_transformer.training import TrainState, noam_optimizer
 from annotated_transformer.trainer import (
     VAL_EXTRA,
     build_learner,
@@ -290,6 +296,10 @@ def test_check_same_data_names_what_differs(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match="other data"):
         check_same_data({"multi30k": ["de", "en"]}, {"multi30k": ["de", "fr"]}, tmp_path)
+    named_only = {"train": {"files": ["a", "b"]}, "val": "pairs"}  # a run of 0.2: no hashes
+    check_same_data(named_only, files, tmp_path / "last.pt")  # compared by its files' names
+    with pytest.raises(ValueError, match="other data"):
+        check_same_data(named_only, renamed, tmp_path / "last.pt")
 
 
 def test_words_or_subwords(pairs: dict) -> None:
@@ -488,6 +498,7 @@ def test_claim_run_folder(tmp_path: Path) -> None:
                 pass
         (out / "last.pt").write_bytes(b"")
         (out / "epoch1.pt").write_bytes(b"")
+        write_marker(out, ["epoch1.pt", "last.pt"])  # a run's files are those its marker lists
     assert not (out / ".writer").exists()
     with pytest.raises(ValueError, match=r"already holds a training run \(epoch1.pt, last.pt\)"):
         with claim_run_folder(out, resume=False, overwrite=False):
@@ -503,10 +514,12 @@ def test_claim_run_folder(tmp_path: Path) -> None:
 
 def test_save_epoch_keeps_the_last_epochs(tmp_path: Path) -> None:
     vocab = Vocab(["<s>", "</s>", "<blank>", "<unk>", "a"])
-    weights = SMALL.model.build(len(vocab), len(vocab)).state_dict()
+    model = SMALL.model.build(len(vocab), len(vocab))
+    optimizer, schedule = noam_optimizer(model, SMALL.model.d_model)
+    weights, states = model.state_dict(), (optimizer.state_dict(), schedule.state_dict())
     for epoch in range(1, 5):
         history = [{"epoch": e} for e in range(1, epoch + 1)]
-        resume = ResumeState({}, {}, TrainState(), [{}])
+        resume = ResumeState(*states, TrainState(), [rng_state()])
         ckpt = RunCheckpoint(SMALL, weights, vocab, vocab, epoch, history, "id", resume=resume)
         save_epoch(tmp_path, ckpt, keep_epochs=2)
     assert existing_run(tmp_path) == ["epoch3.pt", "epoch4.pt", "history.json", "last.pt"]
@@ -561,7 +574,7 @@ def test_a_new_data_set_touches_only_data_and_trains_by_its_name(
     assert corpus.pairs(corpus.test_splits[0]) == Reversals().pairs("test")
     monkeypatch.delitem(CORPORA, Reversals.name)
     with pytest.raises(ValueError, match="^unknown corpus 'reversals': choose one of multi30k"):
-        train(tmp_path, config, resume=True, options=QUIET, log=nothing)
+        train(tmp_path, replace(config, epochs=3), resume=True, options=QUIET, log=nothing)
 
 
 def test_train_sets_up_the_runtime_and_resolves_the_precision(

@@ -231,7 +231,7 @@ def test_too_long_sentences_are_refused_by_their_place(translator: Translator) -
 @pytest.mark.parametrize(
     "settings, message",
     [
-        ({"beam_size": 0}, "beam_size must be at least 1, got beam_size=0"),
+        ({"beam_size": 0}, "beam_size must be at least 1 and at most 1,000, got beam_size=0"),
         ({"beam_size": True}, "beam_size must be a whole number, got beam_size=True"),
         ({"max_extra": -1}, "max_extra must be at least 0, got max_extra=-1"),
         ({"batch_size": 2.0}, "batch_size must be a whole number, got batch_size=2.0"),
@@ -278,7 +278,7 @@ def test_search_s_defaults_and_flags_are_declared_once() -> None:
     assert (GREEDY.allow_unk, GREEDY.batch_size) == (False, 128)
     meta = {f.name: f.metadata for f in dataclasses.fields(Search)}
     flagged = {name for name, m in meta.items() if m["help"]}
-    assert flagged == {"beam_size", "alpha", "nbest", "allow_unk"}  # max_extra, batch_size: none
+    assert flagged == {"beam_size", "alpha", "nbest", "allow_unk", "batch_size"}  # max_extra: none
     assert meta["beam_size"]["flag"] == "--beam" and meta["nbest"]["metavar"] == "K"
     assert "0.6" not in meta["alpha"]["help"]  # the number is the default's, in one place
     assert check_setting(Search, "alpha", 1.0) == 1.0

@@ -8,6 +8,11 @@ offline: no page loads anything from the network. nbdev's directives and `#| hid
 out, prompts are hidden, each chapter's import cells are folded, and a print stylesheet drops the
 navigation. Slow cells run too: that is the point of the main job. The committed notebooks are not
 modified; the executed copies exist only in memory.
+
+The chapters' CPU run (the model chapters 07 and 08 decode) is trained before the notebooks, outside
+any cell, so that no cell trains it: `--prepare-run` does only that, for tools/test.sh to run before
+nbdev-test. `--timings FILE` writes each cell's wall time (tab-separated, slowest first) and
+names the cells over the budget of about two minutes.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import ast
 import base64
+import datetime
 import hashlib
 import html
 import io
@@ -331,7 +337,74 @@ def execute(nb_path: Path, timeout: int) -> nbformat.NotebookNode:
     return nb
 
 
-def main() -> int:
+# --- timing -----------------------------------------------------------------------------------
+
+CELL_BUDGET = 120  # seconds: the most a notebook cell should take on the 2-core CPU CI runs on
+
+
+def cell_seconds(cell: nbformat.NotebookNode) -> float | None:
+    "A code cell's wall time, from the timestamps nbclient records in its metadata; None if unrun."
+    stamps = cell.metadata.get("execution", {})
+    start, end = stamps.get("iopub.status.busy"), stamps.get("shell.execute_reply")
+    if not (start and end):
+        return None
+    started, ended = (datetime.datetime.fromisoformat(t) for t in (start, end))
+    return (ended - started).total_seconds()
+
+
+def timings(nb: nbformat.NotebookNode, name: str) -> list[tuple[float, str, str, str]]:
+    "(seconds, notebook, cell id, first line) for each code cell of an executed notebook."
+    rows = []
+    for cell in nb.cells:
+        seconds = cell_seconds(cell) if cell.cell_type == "code" else None
+        if seconds is not None:
+            code = DIRECTIVE.sub("", cell.source).strip()  # e.g. not "#| slow"
+            first = code.splitlines()[0] if code else ""
+            rows.append((seconds, name, cell.get("id", ""), first[:60]))
+    return rows
+
+
+def write_timings(path: Path, rows: list[tuple[float, str, str, str]]) -> None:
+    "The cells' times, slowest first, as a tab-separated table with a header."
+    lines = ["seconds\tnotebook\tcell\tfirst line"]
+    lines += [f"{s:.1f}\t{nb}\t{cell}\t{first}" for s, nb, cell, first in sorted(rows)[::-1]]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def over_budget(rows: list[tuple[float, str, str, str]], budget: float = CELL_BUDGET) -> list[str]:
+    "One line per cell slower than the budget."
+    return [f"{nb} cell {cell}: {s:.0f} s ({first})" for s, nb, cell, first in rows if s > budget]
+
+
+def prepare_run() -> None:
+    """Train the chapters' CPU run if it is unfinished ($MULTI30K_RUN names a full run instead),
+    here rather than inside a cell: a cell or nbdev-test then only reads it."""
+    from annotated_transformer._chapters import chapter_run  # imports torch: only when needed
+
+    t0 = time.time()
+    print("      the chapters' run: trained if unfinished ...", flush=True)
+    run_dir, _ = chapter_run()
+    print(f"      the chapters' run: {run_dir} ready in {time.time() - t0:.0f} s", flush=True)
+
+
+def decodes_chapter_run(nb: nbformat.NotebookNode) -> bool:
+    "Whether a notebook decodes the chapters' run (calls `chapter_run()`)."
+    return any("chapter_run(" in cell.source for cell in nb.cells if cell.cell_type == "code")
+
+
+def book_exporter() -> HTMLExporter:
+    "nbconvert's HTML exporter with the book's template, prompts hidden."
+    return HTMLExporter(
+        template_name="book",
+        extra_template_basedirs=[str(BOOK / "templates")],
+        exclude_input_prompt=True,
+        exclude_output_prompt=True,
+    )
+
+
+def arguments() -> argparse.Namespace:
+    "The command line's options."
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -358,25 +431,42 @@ def main() -> int:
         help="also write each executed notebook back to nbs/ (then run nbdev-clean): the outputs "
         "committed are those of this run",
     )
+    parser.add_argument(
+        "--timings",
+        type=Path,
+        default=None,
+        help="write each executed cell's seconds to this file (tab-separated, slowest first)",
+    )
+    parser.add_argument(
+        "--prepare-run",
+        action="store_true",
+        help="only train the chapters' CPU run if unfinished (what tools/test.sh runs before "
+        "nbdev-test), then stop",
+    )
     args = parser.parse_args()
     if args.save_outputs and args.no_execute:
         parser.error("--save-outputs keeps the outputs of a run: leave out --no-execute")
+    return args
+
+
+def main() -> int:
+    args = arguments()
+    if args.prepare_run:
+        prepare_run()
+        return 0
 
     paths = chapters(NBS)
     notebooks = {p: nbformat.read(p, as_version=4) for p in paths}
     pages = [(page_name(p), title(notebooks[p], p.stem)) for p in paths]
     args.out.mkdir(parents=True, exist_ok=True)
     install_assets(args.out)
-    exporter = HTMLExporter(
-        template_name="book",
-        extra_template_basedirs=[str(BOOK / "templates")],
-        exclude_input_prompt=True,
-        exclude_output_prompt=True,
-    )
-
-    start = time.time()
+    exporter = book_exporter()
+    start, cells = time.time(), []
+    chosen = [p for p in paths if args.only is None or p.name in args.only]
+    if not args.no_execute and any(decodes_chapter_run(notebooks[p]) for p in chosen):
+        prepare_run()
     for i, path in enumerate(paths):
-        if args.only is not None and path.name not in args.only:
+        if path not in chosen:
             continue
         t0 = time.time()
         print(
@@ -394,10 +484,15 @@ def main() -> int:
                 file=sys.stderr,
             )
             return 1
+        cells += [] if args.no_execute else timings(nb, path.name)
+        if args.timings:
+            write_timings(args.timings, cells)  # after each notebook: kept if a later one fails
         prepare(nb)
         body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": pages[i][1]}})
         (args.out / pages[i][0]).write_text(page(body, pages, i, path), encoding="utf-8")
         print(f"      wrote {args.out / pages[i][0]} in {time.time() - t0:.0f} s", flush=True)
+    for line in over_budget(cells):
+        print(f"      over {CELL_BUDGET} s: {line}", flush=True)
     print(f"Done in {time.time() - start:.0f} s. Open {args.out / 'index.html'} in a browser.")
     return 0
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: the package and README agree with the notebooks, every notebook's checks
 # pass (nbdev-test, slow cells skipped), the tutorial renders (every cell run), and the pytest suite
-# in tests/ passes, its browser test on the tutorial just rendered.
+# in tests/ passes, its browser test on the tutorial just rendered. It holds on a busy machine: the
+# chapters' CPU run is trained once, first, outside any cell (so nbdev-test only reads it), no cell
+# should take over about two minutes, and the ten slowest cells and tests are printed to show it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/setup.sh
@@ -29,11 +31,17 @@ sources=(nbs tests tools benchmarks annotated_transformer/{cli,_chapters}.py)
 ruff check "${sources[@]}"
 ruff format --check "${sources[@]}"
 
-echo "== nbdev-test: every notebook, top to bottom, without the cells flagged slow"
-nbdev-test --n-workers 2
+echo "== the chapters' CPU run (runs/multi30k-cpu, which chapters 07 and 08 decode), trained if unfinished"
+python tools/render.py --prepare-run
+
+echo "== nbdev-test: every notebook, top to bottom, without the cells flagged slow (cells over 60 s named)"
+nbdev-test --n-workers 2 --timing --cell-timing-min 60
 
 echo "== the main job: every notebook executed top to bottom (slow cells too) and rendered to test-artifacts/tutorial"
-python tools/render.py --out test-artifacts/tutorial
+timings=test-artifacts/cell-timings.tsv
+python tools/render.py --out test-artifacts/tutorial --timings "$timings"
+echo "== the ten slowest cells of the main job (all of them in $timings)"
+head -n 11 "$timings"
 
-echo "== pytest (the browser test reads the tutorial just rendered)"
-TUTORIAL_DIR=test-artifacts/tutorial python -m pytest
+echo "== pytest (the browser test reads the tutorial just rendered), and its ten slowest tests"
+TUTORIAL_DIR=test-artifacts/tutorial python -m pytest --durations=10
