@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import shutil
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,23 @@ def cli(
         env=env or environment(),
         timeout=600,
     )
+
+
+def train_argv(out: Path, data: Path, *flags: str) -> list[str]:
+    "The argv of a tiny `train` into `out` on the corpus in `data`."
+    return ["train", "--out", str(out), "--data-dir", str(data), *TINY_RUN, *flags]
+
+
+def copy_run(run: Path, to: Path) -> Path:
+    "A copy of a run's files, its marker included (not its lock, nor a user's notes.txt)."
+    shutil.copytree(run, to, ignore=shutil.ignore_patterns(".lock", ".writer", "notes.txt"))
+    return to
+
+
+def one_line_failure(argv: list[str], capsys: pytest.CaptureFixture, status: int = 1) -> str:
+    "Run `argv`: it must exit with `status` and one error line, no traceback, no catch-all."
+    assert main(argv) == status
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err and "internal error" not in err, err
+    return err.strip()

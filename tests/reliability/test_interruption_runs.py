@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from clitools import TINY_RUN
+from clitools import TINY_RUN, train_argv, copy_run, one_line_failure
 
 from annotated_transformer import runs
 from annotated_transformer.checkpoint import load_checkpoint
@@ -21,32 +21,9 @@ from annotated_transformer.runs import MARKER, claim_run_folder, existing_run, r
 
 
 @pytest.fixture(scope="module")
-def run(synthetic_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    "One epoch of the tiny model, for the module's cases to copy."
-    out = tmp_path_factory.mktemp("runs") / "run"
-    argv = ["train", "--out", str(out), "--data-dir", str(synthetic_corpus), "--epochs", "1"]
-    assert main([*argv, *TINY_RUN]) == 0
-    return out
-
-
-def copy_run(run: Path, to: Path) -> Path:
-    "A copy of the run's files, its marker included."
-    shutil.copytree(run, to, ignore=shutil.ignore_patterns(".lock", ".writer"))
-    return to
-
-
-def train(out: Path, data: Path, *flags: str) -> list[str]:
-    "The argv of `train` on the synthetic corpus."
-    return ["train", "--out", str(out), "--data-dir", str(data), *TINY_RUN, *flags]
-
-
-def one_line_failure(argv: list[str], capsys: pytest.CaptureFixture) -> str:
-    "Run `argv`: status 1 and one error line, no traceback, not the CLI's catch-all."
-    assert main(argv) == 1
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1, err
-    assert "Traceback" not in err and "internal error" not in err, err
-    return err.strip()
+def run(tiny_checkpoint: Path) -> Path:
+    "One epoch of the tiny model (conftest's), for the module's cases to copy."
+    return tiny_checkpoint.parent
 
 
 # ---------------------------------------------------------------------- a start that fails
@@ -74,7 +51,9 @@ def test_a_failed_start_leaves_nothing_it_made(
         (out / "notes.txt").write_text("the user's\n")
     if before == "epoch_best":
         (out / "epoch_best.pt").write_text("the user's\n")
-    assert said in one_line_failure(train(out, synthetic_corpus, "--epochs", "1", *flags), capsys)
+    assert said in one_line_failure(
+        train_argv(out, synthetic_corpus, "--epochs", "1", *flags), capsys
+    )
     left = sorted(p.name for p in out.iterdir()) if out.exists() else None
     expected = {"nothing": [], "notes": ["notes.txt"], "missing": None}
     assert left == expected.get(before, ["epoch_best.pt"])  # no .lock, no .writer, no folder
@@ -84,7 +63,9 @@ def test_a_kept_lock_is_not_removed_by_a_failed_start(run, synthetic_corpus, tmp
     "A .lock the start did not make (a killed run's) stays: the next run reuses it."
     out = copy_run(run, tmp_path / "run")
     (out / ".lock").write_text("")
-    one_line_failure(train(out, synthetic_corpus, "--epochs", "1", "--train-pairs", "999"), capsys)
+    one_line_failure(
+        train_argv(out, synthetic_corpus, "--epochs", "1", "--train-pairs", "999"), capsys
+    )
     assert (out / ".lock").exists() and not (out / ".writer").exists()
 
 
@@ -99,7 +80,7 @@ def test_the_next_start_cleans_what_a_kill_left(run, synthetic_corpus, tmp_path,
         (out / name).write_bytes(b"half a file")
     (out / ".lock").write_text("")  # a killed run's lock and holder: stale, reused
     (out / ".writer").write_text("pid 1 on elsewhere, since long ago\n")
-    assert main(train(out, synthetic_corpus, "--epochs", "1", "--resume")) == 0
+    assert main(train_argv(out, synthetic_corpus, "--epochs", "1", "--resume")) == 0
     assert f"removed {len(DEBRIS)} temporary file(s)" in capsys.readouterr().out
     assert list(out.glob(".*.tmp")) == [] and not (out / ".writer").exists()
 
@@ -111,7 +92,7 @@ def test_resume_with_nothing_left_says_so_and_trains_nothing(
     error); one line says so, before any data is read."""
     out = copy_run(run, tmp_path / "run")
     before = (out / "last.pt").read_bytes()
-    assert main(train(out, synthetic_corpus, "--epochs", "1", "--resume")) == 0
+    assert main(train_argv(out, synthetic_corpus, "--epochs", "1", "--resume")) == 0
     out_text, err = capsys.readouterr()
     assert err == ""
     said = [line for line in out_text.splitlines() if "nothing left to train" in line]

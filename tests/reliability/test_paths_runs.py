@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from clitools import TINY_RUN
+from clitools import TINY_RUN, train_argv, copy_run, one_line_failure
 
 from annotated_transformer.checkpoint import load_checkpoint, torch_load_safely
 from annotated_transformer.cli import main
@@ -50,26 +50,6 @@ def trained(synthetic_corpus: Path, tmp_path_factory: pytest.TempPathFactory) ->
 def run(trained: tuple[Path, str]) -> Path:
     "The tiny run's folder."
     return trained[0]
-
-
-def copy_run(run: Path, to: Path) -> Path:
-    "A copy of the run's files, its marker included (not the user's notes.txt)."
-    shutil.copytree(run, to, ignore=shutil.ignore_patterns(".lock", ".writer", "notes.txt"))
-    return to
-
-
-def train(out: Path, data: Path, *flags: str) -> list[str]:
-    "Run `train` in this process; return its argv, for the error checks."
-    return ["train", "--out", str(out), "--data-dir", str(data), *TINY_RUN, *flags]
-
-
-def one_line_failure(argv: list[str], capsys: pytest.CaptureFixture, status: int = 1) -> str:
-    "Run `argv`: it must exit with `status` and one error line, no traceback, no catch-all."
-    assert main(argv) == status
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1, err
-    assert "Traceback" not in err and "internal error" not in err, err
-    return err.strip()
 
 
 # ------------------------------------------------------------------- links and special files
@@ -112,7 +92,7 @@ def test_a_link_or_special_file_in_a_run_is_refused_before_training(
     out, precious = copy_run(run, tmp_path / "run"), tmp_path / "precious.txt"
     precious.write_text("keep me\n")
     plant(kind, out / name, precious)
-    line = one_line_failure(train(out, synthetic_corpus, "--resume", "--epochs", "2"), capsys)
+    line = one_line_failure(train_argv(out, synthetic_corpus, "--resume", "--epochs", "2"), capsys)
     assert f"{out / name} is {said}" in line
     assert precious.read_text() == "keep me\n"
     assert load_checkpoint(run / "last.pt").epoch == 1 and not (out / "epoch2.pt").exists()
@@ -128,7 +108,7 @@ def test_tensorboard_that_is_not_a_folder_of_its_own_is_refused(
         (out / "tensorboard").symlink_to(elsewhere, target_is_directory=True)
     else:
         (out / "tensorboard").write_text("")
-    argv = train(out, synthetic_corpus, "--resume", "--epochs", "2", "--tensorboard")
+    argv = train_argv(out, synthetic_corpus, "--resume", "--epochs", "2", "--tensorboard")
     said = "a symbolic link" if kind == "symlink" else "not a folder"
     assert f"{out / 'tensorboard'} is {said}" in one_line_failure(argv, capsys)
     assert list(elsewhere.iterdir()) == []
@@ -138,7 +118,7 @@ def test_a_dangling_last_pt_link_is_refused_before_any_epoch(synthetic_corpus, t
     out = tmp_path / "run"
     out.mkdir()
     (out / "last.pt").symlink_to(tmp_path / "nowhere" / "last.pt")
-    line = one_line_failure(train(out, synthetic_corpus, "--epochs", "1"), capsys)
+    line = one_line_failure(train_argv(out, synthetic_corpus, "--epochs", "1"), capsys)
     assert f"{out / 'last.pt'} is a symbolic link" in line
     assert sorted(p.name for p in out.iterdir()) == ["last.pt"]  # no epoch trained, no .lock
     assert not (tmp_path / "nowhere").exists()
@@ -163,7 +143,7 @@ def test_a_crafted_epoch_writes_no_file_outside_the_run(
     d["epoch"] = epoch
     torch.save(d, out / "last.pt")
     (out / "epoch1.pt").unlink()  # the resume would write it again, named after the epoch
-    line = one_line_failure(train(out, synthetic_corpus, "--resume", "--epochs", "2"), capsys)
+    line = one_line_failure(train_argv(out, synthetic_corpus, "--resume", "--epochs", "2"), capsys)
     assert f"{out / 'last.pt'}" in line and "epoch" in line
     assert not Path("/tmp/TRAVERSAL.pt").exists()
     assert sorted(p.name for p in out.glob("*.pt")) == ["last.pt"]
@@ -188,7 +168,7 @@ def test_a_folder_that_is_not_a_run_is_refused_and_kept(
     out.mkdir()
     for name in files:
         (out / name).write_text(f"the user's {name}\n")
-    line = one_line_failure(train(out, synthetic_corpus, "--epochs", "1", *flags), capsys)
+    line = one_line_failure(train_argv(out, synthetic_corpus, "--epochs", "1", *flags), capsys)
     run_like = [name for name in files if name != "notes.txt"]
     assert said in line and all(name in line for name in run_like)
     assert "training run" not in line  # not called a run: no marker lists these files
@@ -202,7 +182,9 @@ def test_overwrite_refuses_files_the_marker_does_not_list(
 ):
     out = copy_run(run, tmp_path / "run")
     (out / stray).write_text("the user's\n")
-    line = one_line_failure(train(out, synthetic_corpus, "--epochs", "1", "--overwrite"), capsys)
+    line = one_line_failure(
+        train_argv(out, synthetic_corpus, "--epochs", "1", "--overwrite"), capsys
+    )
     assert f"holds {stray}, which no run marker" in line
     assert (out / stray).read_text() == "the user's\n" and (out / "last.pt").exists()
 
@@ -210,7 +192,9 @@ def test_overwrite_refuses_files_the_marker_does_not_list(
 def test_overwrite_refuses_an_older_run_without_a_marker(run, synthetic_corpus, tmp_path, capsys):
     out = copy_run(run, tmp_path / "run")
     (out / MARKER).unlink()
-    line = one_line_failure(train(out, synthetic_corpus, "--epochs", "1", "--overwrite"), capsys)
+    line = one_line_failure(
+        train_argv(out, synthetic_corpus, "--epochs", "1", "--overwrite"), capsys
+    )
     assert "holds epoch1.pt, history.json, last.pt, which no run marker" in line
     assert sorted(p.name for p in out.iterdir()) == ["epoch1.pt", "history.json", "last.pt"]
 
@@ -222,7 +206,9 @@ def test_a_damaged_marker_is_one_line_naming_it(run, synthetic_corpus, tmp_path,
     out = copy_run(run, tmp_path / "run")
     (out / MARKER).write_text(marker)
     (out / "notes.txt").write_text("the user's\n")
-    line = one_line_failure(train(out, synthetic_corpus, "--epochs", "1", "--overwrite"), capsys)
+    line = one_line_failure(
+        train_argv(out, synthetic_corpus, "--epochs", "1", "--overwrite"), capsys
+    )
     assert f"{out / MARKER} is damaged" in line
     assert (out / "notes.txt").exists() and (out / "last.pt").exists()
 
@@ -263,7 +249,7 @@ def test_the_root_and_home_folders_are_not_run_folders(
     monkeypatch.setenv("HOME", str(home))
     out = Path("/") if where == "root" else home
     had_lock = (out / ".lock").exists()
-    line = one_line_failure(train(out, synthetic_corpus, "--epochs", "1"), capsys)
+    line = one_line_failure(train_argv(out, synthetic_corpus, "--epochs", "1"), capsys)
     assert f"is {'the root folder' if where == 'root' else 'your home folder'}" in line
     assert (out / ".lock").exists() == had_lock
     if where == "home":

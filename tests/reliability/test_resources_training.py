@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from clitools import TINY_RUN
+from clitools import TINY_RUN, train_argv
 
 from annotated_transformer import trainer
 from annotated_transformer.checkpoint import load_checkpoint
@@ -44,11 +44,6 @@ def nan_from_batch(at: int, in_epoch: int = 2):
     return fit_epoch
 
 
-def train(out: Path, data: Path, *flags: str) -> list[str]:
-    "The argv of `train` on the synthetic corpus."
-    return ["train", "--out", str(out), "--data-dir", str(data), *TINY_RUN, *flags]
-
-
 @pytest.fixture(scope="module")
 def diverged(synthetic_corpus: Path, tmp_path_factory: pytest.TempPathFactory):
     "A run whose second epoch diverges at its third batch: its folder, status, stdout and stderr."
@@ -56,7 +51,7 @@ def diverged(synthetic_corpus: Path, tmp_path_factory: pytest.TempPathFactory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(trainer, "fit_epoch", nan_from_batch(3))
         with redirect_stdout(io.StringIO()) as out_text, redirect_stderr(io.StringIO()) as err_text:
-            status = main(train(out, synthetic_corpus, "--epochs", "2"))
+            status = main(train_argv(out, synthetic_corpus, "--epochs", "2"))
     return out, status, out_text.getvalue(), err_text.getvalue()
 
 
@@ -87,7 +82,7 @@ def test_a_run_that_diverges_at_once_says_nothing_was_written(
     out = tmp_path / "run"
     out.mkdir()
     shutil.copy(Path(__file__), out / "notes.py")  # a file of the user's: kept
-    assert main(train(out, synthetic_corpus, "--epochs", "1")) == 1
+    assert main(train_argv(out, synthetic_corpus, "--epochs", "1")) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err and "internal error" not in err, err
     assert "diverged in epoch 1: the loss is nan at batch 0 of the run" in err
@@ -159,7 +154,7 @@ def test_a_resumed_state_that_does_not_fit_is_one_line_naming_last_pt(diverged, 
 
 def test_resume_bounds_the_checkpoint_by_max_parameters(diverged, synthetic_corpus, capsys):
     out, *_ = diverged
-    argv = train(out, synthetic_corpus, "--epochs", "3", "--resume", "--max-parameters", "10")
+    argv = train_argv(out, synthetic_corpus, "--epochs", "3", "--resume", "--max-parameters", "10")
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err and "internal error" not in err, err
