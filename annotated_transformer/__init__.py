@@ -13,10 +13,11 @@ make_model, Translator, train`.
 - `annotated_transformer.decoding` (decoding; the cache and batched searches in fast decoding): `greedy_decode` and `beam_decode` (the versions to read), `greedy_search`, `beam_search`, `Decoder`
 - `annotated_transformer.recurrent` (the recurrent systems): `RecurrentConfig`, `RecurrentEncoderDecoder`
 - `annotated_transformer.config` (configuration): `PRESETS`, `preset`, `TrainConfig`, `RuntimeOptions`, `resolve_config`
+- `annotated_transformer.trees` (parsing): `Treebank`, `linearize`, `delinearize`, `evalb`
 - `annotated_transformer.data` (data): `load_multi30k`, `read_parallel`, `Tokenizer`, `SpacyTokenizer`, `Vocab`
 - `annotated_transformer.subwords` (subwords): `SubwordTokenizer`, `shared_vocab`, `learn_bpe`, `apply_bpe`
 - `annotated_transformer.checkpoint` (checkpoints): `RunCheckpoint`, `save_checkpoint`, `load_checkpoint`, `average_last`
-- `annotated_transformer.translation` (from a model to translations; its internals in fast decoding): `Translator`, `Search`, `bleu`, `AttentionMaps`
+- `annotated_transformer.translation` (from a model to translations; its internals in fast decoding; the parser in parsing): `Translator`, `Search`, `bleu`, `AttentionMaps`, `Parser`
 - `annotated_transformer.engines` (fast decoding, and serving with CTranslate2): `export_model`, `ExportedTranslator`, `is_exported`
 - `annotated_transformer.distributed` (many GPUs): `setup_distributed`, `wrap_for_training`, `model_flops_utilization`
 - `annotated_transformer.runs` (run folders): `claim_run_folder`, `save_epoch`
@@ -28,7 +29,7 @@ make_model, Translator, train`.
 Modules:
 
 - `annotated_transformer.checkpoint`: What a training run saves after every epoch, as one typed record with its format's older versions read in one place; saving it atomically and loading it without running code; building the trained model and its tokenizers from it; random states for an exact resume; and checkpoint averaging (§6.1).
-- `annotated_transformer.cli`: The console command `annotated-transformer`: train, evaluate, translate and export. Hand-written, it parses and calls the library. Most flags are fields of the records they set (`Choices`, `TrainConfig`, `RuntimeOptions`, `Search`), with their help, defaults and checks: a new option is a field. Here is only what a command line knows: its own flags (files, folders), standard input read as it arrives, output files never overwritten, and errors in one line (`--debug`: the traceback) with an exit status: 0 done, 2 a usage error, 1 a failure the library reports, 130 interrupted (out of memory: the flag that needs less named; anything unexpected: an "internal error" line).
+- `annotated_transformer.cli`: The console command `annotated-transformer`: train, evaluate, translate, export and parse. Hand-written, it parses and calls the library. Most flags are fields of the records they set (`Choices`, `TrainConfig`, `RuntimeOptions`, `Search`), with their help, defaults and checks: a new option is a field. Here is only what a command line knows: its own flags (files, folders), standard input read as it arrives, output files never overwritten, and errors in one line (`--debug`: the traceback) with an exit status: 0 done, 2 a usage error, 1 a failure the library reports, 130 interrupted (out of memory: the flag that needs less named; anything unexpected: an "internal error" line).
 - `annotated_transformer.config`: A run's settings in one place: the named model sizes, the training configuration with every field checked by type and range, the options that are not stored, and how the settings of a run are resolved from defaults, a config file, command-line flags and, on a resume, its checkpoint.
 - `annotated_transformer.data`: Multi30k from the raw files (download, cache and verify) or your own line-aligned files; corpora, where pairs of sequences come from, behind one small interface; tokenizers for words; vocabularies; sentences as ids.
 - `annotated_transformer.decoding`: Section 6.1 of "Attention Is All You Need": greedy decoding, why it is not enough, the length penalty and beam search, each written to be read and checked.
@@ -36,6 +37,7 @@ Modules:
 - `annotated_transformer.runs`: A training run's folder: one writer at a time, no run replaced before its successor can start, no file written through a link, and files written so that an interruption never leaves a half-written one behind, nor debris that the next start does not clean.
 - `annotated_transformer.trainer`: The engine behind the training chapters of Part I: the epoch at scale, the label-smoothed loss without its log-probabilities, and the trainer's steps from sentence pairs to a checkpoint per epoch.
 - `annotated_transformer.translation`: Text in, text out: how to search, BLEU defined and computed, and a `Translator` that holds a trained model with its vocabularies and tokenizers, translates sentences and scores them.
+- `annotated_transformer.trees`: The paper's last experiment: the Transformer trained to turn English sentences into their constituency trees, written as sequences; scored as the field scores parsers (EVALB); and compared, at a CPU's scale, with the attentional LSTM of the recurrent chapter and a right-branching baseline.
 - `annotated_transformer.visualization`: Attention heatmaps of a trained model for every kind of attention, what its heads do, measured over the validation set, and an interactive view in which pointing at a token shows what it attends to."""
 
 __version__ = "0.3.0"
@@ -50,9 +52,10 @@ _HOMES = {
     "losses": ["LabelSmoothing"],
     "decoding": ["greedy_decode", "beam_decode", "greedy_search", "beam_search"],
     "config": ["PRESETS", "preset", "TrainConfig", "RuntimeOptions"],
+    "trees": ["Treebank", "evalb"],
     "data": ["Corpus", "Multi30k", "ParallelFiles", "InMemory", "open_corpus"],
     "checkpoint": ["load_checkpoint", "average_last"],
-    "translation": ["Translator", "Search", "bleu", "evaluate"],
+    "translation": ["Translator", "Search", "bleu", "evaluate", "Parser"],
     "engines": ["export_model", "ExportedTranslator", "load_translator"],
     "trainer": ["train"],
     "visualization": ["plot_attention", "AttentionView"],

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from . import __version__
 from .config import MAX_PARAMETERS, TrainConfig
-from .data import Tokenizer, Vocab, load_tokenizers
+from .data import Tokenizer, Vocab, word_tokenizers
 from .model import MAX_SIZES
 from .subwords import SubwordTokenizer
 from .training import TrainState, noam_optimizer
@@ -475,7 +475,7 @@ def _tokenizers(self: RunCheckpoint) -> tuple[Tokenizer, Tokenizer]:
     "The (source, target) tokenizers: the run's subword model twice, or its languages' spaCy."
     if self.tokenizer is not None:
         return self.tokenizer, self.tokenizer
-    return load_tokenizers((self.config.src_lang, self.config.tgt_lang))
+    return word_tokenizers(self.config.corpus, (self.config.src_lang, self.config.tgt_lang))
 
 
 def _build_model(self: RunCheckpoint) -> nn.Module:

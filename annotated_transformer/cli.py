@@ -1,10 +1,11 @@
-"""The console command `annotated-transformer`: train, evaluate, translate and export. Hand-written,
-it parses and calls the library. Most flags are fields of the records they set (`Choices`,
-`TrainConfig`, `RuntimeOptions`, `Search`), with their help, defaults and checks: a new option is a
-field. Here is only what a command line knows: its own flags (files, folders), standard input read
-as it arrives, output files never overwritten, and errors in one line (`--debug`: the traceback)
-with an exit status: 0 done, 2 a usage error, 1 a failure the library reports, 130 interrupted
-(out of memory: the flag that needs less named; anything unexpected: an "internal error" line)."""
+"""The console command `annotated-transformer`: train, evaluate, translate, export and parse.
+Hand-written, it parses and calls the library. Most flags are fields of the records they set
+(`Choices`, `TrainConfig`, `RuntimeOptions`, `Search`), with their help, defaults and checks: a new
+option is a field. Here is only what a command line knows: its own flags (files, folders), standard
+input read as it arrives, output files never overwritten, and errors in one line (`--debug`: the
+traceback) with an exit status: 0 done, 2 a usage error, 1 a failure the library reports, 130
+interrupted (out of memory: the flag that needs less named; anything unexpected: an "internal error"
+line)."""
 
 from __future__ import annotations
 
@@ -34,8 +35,10 @@ from annotated_transformer.data import ParallelFiles, not_a_file, open_corpus, s
 from annotated_transformer.engines import ENGINES, QUANTIZATIONS, check_loading, check_out
 from annotated_transformer.engines import export_model, load_translator
 from annotated_transformer.model import EncoderDecoder
+from annotated_transformer.translation import PARSING, Parser
 from annotated_transformer.trainer import resolve_run_config, train
 from annotated_transformer.translation import Search, SentenceError, Translating, evaluate
+from annotated_transformer.trees import show_tree
 
 EXAMPLES = """\
 annotated-transformer train --out runs/multi30k                  # Multi30k German->English, words
@@ -58,6 +61,8 @@ annotated-transformer translate --checkpoint runs/multi30k/last.pt --beam 4 --nb
 annotated-transformer translate --checkpoint runs/multi30k-ct2 < input.de  # written by export
 annotated-transformer export --checkpoint runs/multi30k/last.pt --out runs/multi30k-int8 \\
     --quantization int8 --average-last 5
+annotated-transformer train --out runs/parser --corpus treebank --model small --epochs 30
+echo "The cat sat on the mat ." | annotated-transformer parse --checkpoint runs/parser/last.pt
 """  # written once: the module's docstring shows them all, each command's --help its own
 
 
@@ -115,7 +120,7 @@ OWN_FLAGS = [  # the command line's own flags, which no record holds: (commands,
     ("train", "--config", Path, "a file of TrainConfig's settings (.json or .toml; flags win)"),
     *[("train", "--" + n.replace("_", "-"), Path, f"your {n} file (all four)") for n in OWN_DATA],
     ("train evaluate", "--data-dir", Path, "the corpus's folder (default: its own; $MULTI30K_DIR)"),
-    ("evaluate translate export", "--checkpoint", Path, "OUT/last.pt of train, or an export"),
+    ("evaluate translate export parse", "--checkpoint", Path, "OUT/last.pt of train, or an export"),
     ("evaluate translate", "--engine", ENGINES, "what decodes a checkpoint (default pytorch)"),
     ("evaluate translate export", "--average-last", int, "average the last K epochs' weights"),
     ("evaluate", "--split", str, "a split of the checkpoint's corpus (default: its test split)"),
@@ -123,11 +128,12 @@ OWN_FLAGS = [  # the command line's own flags, which no record holds: (commands,
     ("evaluate", "--ref", Path, "their reference translations, line by line"),
     ("evaluate translate", "--output", Path, "write the translations to this file (a new one)"),
     ("evaluate", "--json", bool, "print sacreBLEU's fields and the settings, as JSON"),
-    ("translate", "--buffer-size", int, "translate stdin N lines at a time (default 100)"),
+    ("translate parse", "--buffer-size", int, "stdin's lines N at a time (default 100)"),
+    ("parse", "--pretty", bool, "draw each tree over several lines (default: one line each)"),
     ("translate", "--attention", Path, "save each sentence's attention maps to this .png"),
     ("translate", "--layer", int, "the layer whose attention --attention draws (default: last)"),
     ("export", "--quantization", QUANTIZATIONS, "how the weights are stored (default float32)"),
-    ("train evaluate translate export", "--debug", bool, "on an error, show the traceback"),
+    ("train evaluate translate export parse", "--debug", bool, "on an error, show the traceback"),
 ]  # fmt: skip
 REQUIRED, DEFAULTS = ("--out", "--checkpoint"), {"buffer_size": 100, "quantization": "float32"}
 TOGETHER = (OWN_DATA, ("src", "ref"))  # all of a group or none
@@ -234,22 +240,30 @@ def _chunks(lines: Iterable[str], size: int | None) -> Iterator[list[str]]:
         yield chunk
 
 
+def _check_sentences(args: argparse.Namespace) -> None:
+    "Refuse an empty sentence among the arguments, no input at all, and a --buffer-size below 1."
+    empty = [i for i, s in enumerate(args.sentences, 1) if not s.strip()]
+    if args.buffer_size < 1:
+        raise ChoiceError(f"--buffer-size must be at least 1, got {args.buffer_size}")
+    if empty:
+        raise ChoiceError(
+            f"sentence {empty[0]} of the arguments is empty: nothing to {args.command}"
+        )
+    if not args.sentences and sys.stdin is None:  # `<&-`: Python has no sys.stdin
+        raise ChoiceError("no sentences: none given as arguments, and standard input is closed")
+
+
 def _translate_inputs(args: argparse.Namespace) -> Iterator[list[str]]:
     """The sentences in chunks, after every check that needs no model: the arguments as one chunk,
     or standard input's lines --buffer-size at a time (all at once for --attention)."""
-    attention, empty = args.attention, [i for i, s in enumerate(args.sentences, 1) if not s.strip()]
+    attention = args.attention
     if attention and attention.suffix.lower() != ".png":
         raise ChoiceError(f"--attention needs a .png file name, got {attention}")
     if args.layer is not None and not attention:
         raise ChoiceError("--layer chooses the layer that --attention draws: give --attention too")
     if args.nbest is not None and attention:
         raise ChoiceError("--attention draws each sentence's best translation: leave out --nbest")
-    if args.buffer_size < 1:
-        raise ChoiceError(f"--buffer-size must be at least 1, got {args.buffer_size}")
-    if empty:
-        raise ChoiceError(f"sentence {empty[0]} of the arguments is empty: nothing to translate")
-    if not args.sentences and sys.stdin is None:  # `<&-`: Python has no sys.stdin
-        raise ChoiceError("no sentences: none given as arguments, and standard input is closed")
+    _check_sentences(args)
     args.search = Search(**given(args, Search))  # built once, checked (--nbest <= --beam)
     limit = _max_parameters(args)
     engine = check_loading(args.checkpoint, args.average_last, args.engine, max_parameters=limit)
@@ -349,11 +363,22 @@ def _translate(args: argparse.Namespace) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+def _parse(args: argparse.Namespace) -> None:
+    search = dataclasses.replace(PARSING, **given(args, Search))  # §6.3's search, flags applied
+    _check_sentences(args)
+    chunks = [args.sentences] if args.sentences else _chunks(_stdin_lines(), args.buffer_size)
+    parser = Parser.from_checkpoint(args.checkpoint, args.device, _max_parameters(args))
+    for chunk in chunks:
+        for parse in parser.parse(chunk, search):
+            print("" if parse is None else show_tree(parse.tree, args.pretty), flush=True)
+
+
 COMMANDS = {  # name: (what it does, what runs it, the records whose fields are its flags)
     "train": ("train, a checkpoint per epoch", _train, (Choices, TrainConfig, RuntimeOptions)),
     "evaluate": ("BLEU of a checkpoint on a test split or your files", _evaluate, (Search,)),
     "translate": ("translate sentences (arguments or stdin)", _translate, (Search,)),
     "export": ("write a checkpoint's Transformer as a CTranslate2 model folder", _export, ()),
+    "parse": ("parse sentences into trees with a treebank run (§6.3)", _parse, (Search,)),
 }
 
 
@@ -374,12 +399,13 @@ def parser() -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=about, epilog=epilog, formatter_class=raw)
         c.set_defaults(run=run)
         own_flags(c, name)
-        runtime = {"evaluate": {"device", "progress"}, "translate": {"device"}}.get(name, set())
+        runtime = {"evaluate": {"device", "progress"}, "translate": {"device"}, "parse": {"device"}}
+        runtime = runtime.get(name, set())
         if name != "train":  # --quiet for evaluate; train has all of RuntimeOptions
             field_flags(c, RuntimeOptions, only=runtime | {"max_parameters"})
         for record in records:
-            field_flags(c, record, skip={"nbest"} if name == "evaluate" else ())
-        if name == "translate":
+            field_flags(c, record, skip={"nbest"} if name in ("evaluate", "parse") else ())
+        if name in ("translate", "parse"):
             c.add_argument("sentences", nargs="*", help="sentences; else standard input's lines")
     return p
 

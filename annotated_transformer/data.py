@@ -32,13 +32,14 @@ from torch import Tensor
 from tqdm import tqdm
 
 from .config import ChoiceError
+from .trees import SpaceTokenizer, Treebank
 
 # %% auto #0
 __all__ = ['MULTI30K_URL', 'SPLITS', 'SHA256', 'DATA_DIR_ENV', 'STAMP_FILE', 'Log', 'CORPORA', 'SPECIALS', 'split_files',
            'cache_dir', 'download', 'sha256_of_file', 'file_sha256', 'cached_download', 'languages_in',
            'multi30k_paths', 'read_lines', 'load_multi30k', 'read_parallel', 'Corpus', 'Multi30k', 'not_a_file',
            'ParallelFiles', 'InMemory', 'open_corpus', 'split_pairs', 'Tokenizer', 'join_words', 'SpacyTokenizer',
-           'load_tokenizers', 'Vocab', 'EncodedPairs', 'encode_pairs']
+           'load_tokenizers', 'word_tokenizers', 'Vocab', 'EncodedPairs', 'encode_pairs']
 
 # %% ../nbs/11_data.ipynb #d6f3bf26
 MULTI30K_URL = (
@@ -428,7 +429,8 @@ class InMemory:
 
 # %% ../nbs/11_data.ipynb #171ef470
 CORPORA: dict[str, Callable[..., Corpus]] = {  # name -> corpus(data_dir=..., langs=...)
-    Multi30k.name: Multi30k
+    Multi30k.name: Multi30k,
+    Treebank.name: Treebank,  # sentences to their trees (Parsing)
 }
 
 
@@ -519,6 +521,14 @@ class SpacyTokenizer:
 def load_tokenizers(langs: Sequence[str] = ("de", "en")) -> tuple[SpacyTokenizer, ...]:
     "spaCy's word tokenizers of `langs`: German and English by default."
     return tuple(SpacyTokenizer(lang) for lang in langs)
+
+
+def word_tokenizers(corpus: str, langs: tuple[str, str]) -> tuple[Tokenizer, Tokenizer]:
+    """A word-level run's (source, target) tokenizers: the treebank's tokens as they are written,
+    or spaCy's of the run's languages."""
+    if corpus == Treebank.name:
+        return SpaceTokenizer(), SpaceTokenizer()
+    return load_tokenizers(langs)
 
 # %% ../nbs/11_data.ipynb #e4338d2b
 SPECIALS = ("<s>", "</s>", "<blank>", "<unk>")  # start, end, padding, unknown: ids 0 to 3

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from .checkpoint import RunCheckpoint, load_checkpoint
 from .config import ChoiceError, TrainConfig, arch_of
-from .data import Tokenizer, Vocab, load_tokenizers
+from .data import Tokenizer, Vocab, load_tokenizers, word_tokenizers
 from .decoding import length_penalty
 from annotated_transformer.model import (
     EncoderDecoder,
@@ -649,7 +649,7 @@ def _tokenizers(path: Path, info: dict, config: TrainConfig) -> tuple[Tokenizer,
         with open_plain(path / SUBWORD_FILE, SUBWORD_BYTES) as f:
             subwords = SubwordTokenizer(f.read(SUBWORD_BYTES + 1), str(path / SUBWORD_FILE))
         return subwords, subwords
-    return load_tokenizers((config.src_lang, config.tgt_lang))
+    return word_tokenizers(config.corpus, (config.src_lang, config.tgt_lang))
 
 # %% ../nbs/19_engines.ipynb #fd3e176b
 MODEL_BINARY_VERSION = 6  # the layout of model.bin walked below (CTranslate2 4's)

@@ -37,7 +37,7 @@ from .checkpoint import rng_state, set_rng_state
 from .config import MAX_PARAMETERS, ChoiceError, Choices, RuntimeOptions
 from .config import TrainConfig, check_resume, resolve_config
 from .data import CORPORA, Corpus, EncodedPairs, Log, Tokenizer, Vocab
-from .data import encode_pairs, load_tokenizers, open_corpus
+from .data import encode_pairs, open_corpus, word_tokenizers
 from .distributed import PRECISIONS, DistributedSetup, cleanup_distributed
 from .distributed import gather_objects, make_scaler, rank_and_world
 from .distributed import start_runtime, wrap_for_training
@@ -154,7 +154,7 @@ def new_tokenizers(
     """The (source, target) tokenizers of a new run: spaCy's, or one subword model learned from both
     sides of `train_pairs`."""
     if config.vocab_size is None:
-        return load_tokenizers((config.src_lang, config.tgt_lang))
+        return word_tokenizers(config.corpus, (config.src_lang, config.tgt_lang))
     subwords = SubwordTokenizer.train(
         [text for pair in train_pairs for text in pair], config.vocab_size
     )

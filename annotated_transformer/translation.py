@@ -21,7 +21,7 @@ from .model import EncoderDecoder
 from .recurrent import RecurrentEncoderDecoder
 
 # %% auto #0
-__all__ = ['GREEDY', 'Scored', 'Search', 'Translating', 'Translator', 'BleuScores', 'bleu', 'AttentionMaps', 'check_kind', 'SentenceError', 'source_tokens', 'Evaluation', 'evaluate']
+__all__ = ['GREEDY', 'Scored', 'Search', 'Translating', 'Translator', 'BleuScores', 'bleu', 'AttentionMaps', 'check_kind', 'SentenceError', 'source_tokens', 'Evaluation', 'evaluate', 'PARSING', 'Parser', 'ParsingScores', 'score_parses', 'right_branching_scores']
 
 # %% ../nbs/06_translation.ipynb #4fbe9370
 @dataclass(frozen=True)
@@ -408,3 +408,83 @@ def evaluate(
     settings |= dict(average_last=None, allow_unk=s.allow_unk)
     scores = bleu(hypotheses, ref, translator.tgt_tokenizer)
     return Evaluation(scores, hypotheses, settings)
+
+# %% ../nbs/20_parsing.ipynb #bf2cf223
+from typing import TYPE_CHECKING
+
+from .config import MAX_PARAMETERS
+from annotated_transformer.trees import (
+    Delinearized,
+    ParseScores,
+    Treebank,
+    delinearize,
+    evalb,
+    treebank_words,
+    right_branching,
+    tags,
+    with_tags,
+)
+
+if TYPE_CHECKING:
+    from nltk import Tree
+
+# %% ../nbs/20_parsing.ipynb #730ad8e5
+PARSING = Search(beam_size=21, alpha=0.3, max_extra=300)  # §6.3's decoding
+
+# %% ../nbs/20_parsing.ipynb #b78a8703
+@dataclass
+class Parser:
+    "A model trained on the treebank, in use: sentences (space-separated words) in, trees out."
+
+    translator: Translating
+
+    @classmethod
+    def from_checkpoint(
+        cls, path: str | Path, device: str = "cpu", max_parameters: int = MAX_PARAMETERS
+    ) -> Parser:
+        "The parser a run's checkpoint holds; refused if the run did not train on the treebank."
+        ckpt = load_checkpoint(path, max_parameters=max_parameters)
+        if ckpt.config.corpus != Treebank.name:
+            raise ChoiceError(
+                f"{path} was trained on {ckpt.config.corpus}, not on the treebank: "
+                "it translates, it does not parse (translate it instead)"
+            )
+        return cls(Translator.from_checkpoint(ckpt, device))
+
+    def parse(
+        self, sentences: Sequence[str], search: Search = PARSING, progress: bool = False
+    ) -> list[Delinearized | None]:
+        "Each sentence's tree over its words, repaired if it had to be; None for a blank one."
+        words = [treebank_words(sentence) for sentence in sentences]
+        outputs = self.translator.translate([" ".join(w) for w in words], search, progress)
+        return [delinearize(out, w) if w else None for out, w in zip(outputs, words)]
+
+# %% ../nbs/20_parsing.ipynb #982ed53e
+@dataclass(frozen=True)
+class ParsingScores:
+    "A parser on a test set: EVALB's summaries and the share of outputs that needed no repair."
+
+    scores: ParseScores
+    well_formed: float  # in percent
+
+    def to_dict(self) -> dict:
+        "The numbers, for a results file."
+        scores = self.scores
+        return {
+            "well_formed": self.well_formed,
+            "all": scores.all.to_dict(),
+            "short": scores.short.to_dict(),
+        }
+
+# %% ../nbs/20_parsing.ipynb #6dbae077
+def score_parses(golds: Sequence[Tree], parses: Sequence[Delinearized]) -> ParsingScores:
+    "EVALB of `parses` against `golds` (given the gold tags) and the share well-formed."
+    tests = [with_tags(p.tree, tags(gold)) for p, gold in zip(parses, golds)]
+    well_formed = 100 * sum(p.well_formed for p in parses) / max(len(parses), 1)
+    return ParsingScores(evalb(golds, tests), well_formed)
+
+
+def right_branching_scores(golds: Sequence[Tree]) -> ParsingScores:
+    "The right-branching baseline's scores on `golds` (all its trees are well-formed)."
+    parses = [Delinearized(right_branching(gold.leaves()), True) for gold in golds]
+    return score_parses(golds, parses)

@@ -29,6 +29,7 @@ __all__ = [
     "synthetic_pairs",
     "write_lines",
     "write_split",
+    "write_treebank",
     "TINY_VOCAB",
     "tiny_model",
     "params",
@@ -94,3 +95,37 @@ def tool(name: str) -> ModuleType:
     sys.modules[name] = module  # where its dataclasses look up their annotations
     spec.loader.exec_module(module)
     return module
+
+
+# a made-up treebank: files wsj_0001-0003 (training), wsj_0160 (validation), wsj_0180 (test)
+DET, NOUN, VERB = ["the", "a"], ["cat", "dog", "mat", "bird", "man"], ["saw", "liked", "chased"]
+PREP, PARTICLE = ["on", "near", "with"], ["up", "away"]
+FILES = {1: 14, 2: 13, 3: 13, 160: 8, 180: 8}  # file number: trees in it
+
+
+def noun_phrase(draw: random.Random, label: str = "NP") -> str:
+    return f"({label} (DT {draw.choice(DET)}) (NN {draw.choice(NOUN)}))"
+
+
+def made_up_tree(draw: random.Random) -> str:
+    "A tree as the treebank writes it: wrapped, function tags, indices, now and then a trace."
+    verb_phrase = f"(VBD {draw.choice(VERB)}) {noun_phrase(draw)}"
+    kind = draw.randrange(4)
+    if kind == 1:
+        verb_phrase += f" (PP-LOC=2 (IN {draw.choice(PREP)}) {noun_phrase(draw)})"
+    elif kind == 2:
+        verb_phrase += f" (PRT (RP {draw.choice(PARTICLE)}))"
+    elif kind == 3:
+        verb_phrase += " (SBAR (-NONE- 0) (S (NP-SBJ (-NONE- *T*-1)) (VP (VBD sat))))"
+    end = " (. .)" if draw.random() < 0.7 else ""
+    return f"( (S {noun_phrase(draw, 'NP-SBJ-1')} (VP {verb_phrase}){end}) )"
+
+
+def write_treebank(folder: Path, seed: int = 0) -> Path:
+    "The made-up treebank's files in `folder`."
+    draw = random.Random(seed)
+    folder.mkdir(parents=True)
+    for number, count in FILES.items():
+        text = "\n".join(made_up_tree(draw) for _ in range(count)) + "\n"
+        (folder / f"wsj_{number:04d}.mrg").write_text(text)
+    return folder

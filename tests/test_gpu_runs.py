@@ -2,8 +2,8 @@
 the same steps at tiny sizes on the CPU, on the synthetic corpus. What is checked: every step writes
 its results (the machine, the training benchmark with MFU and the peer's ratio, the four Multi30k
 runs with their logs, histories and test2016 scores greedy and with beam 4 over an average, the
-Table 3 rows); a second call skips the rows already done; without a GPU the real run refuses to
-start, and an unknown argument is refused, each in one line.
+Table 3 rows, §6.3's parser on a made-up treebank); a second call skips the rows already done;
+without a GPU the real run refuses to start, and an unknown argument is refused, each in one line.
 """
 
 from __future__ import annotations
@@ -21,8 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tools" / "gpu_runs.sh"
 
 
-def run(args: list[str], data_dir: Path) -> subprocess.CompletedProcess:
+def run(
+    args: list[str], data_dir: Path, treebank: Path | None = None
+) -> subprocess.CompletedProcess:
     env = {**os.environ, "MULTI30K_DIR": str(data_dir)}
+    if treebank is not None:
+        env["TREEBANK_DIR"] = str(treebank)
     return subprocess.run(
         ["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=1200
     )
@@ -32,12 +36,14 @@ def run(args: list[str], data_dir: Path) -> subprocess.CompletedProcess:
 def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     "The dry run, once for the module: (its results folder, the corpus it read)."
     from conftest import SYNTHETIC_DIFFERS, write_synthetic_corpus
+    from synthetic import write_treebank
 
     corpus = write_synthetic_corpus(tmp_path_factory.mktemp("multi30k"))
+    treebank = write_treebank(tmp_path_factory.mktemp("treebank") / "tb")
     out = tmp_path_factory.mktemp("gpu") / "results"
     with pytest.MonkeyPatch.context() as patch:  # the corpus differs from Multi30k on purpose
         patch.setenv("PYTHONWARNINGS", SYNTHETIC_DIFFERS)
-        done = run(["--dry-run", str(out)], corpus)
+        done = run(["--dry-run", str(out)], corpus, treebank)
     assert done.returncode == 0, done.stderr[-2000:]
     return out, corpus
 
@@ -62,6 +68,9 @@ def test_every_step_writes_its_results(dry_run: tuple[Path, Path]) -> None:
     for row in ("base", "E"):
         assert json.loads((out / "table3" / f"{row}-seed0-val-beam4.json").read_text())["beam"] == 4
         assert (out / "table3" / f"{row}-seed0-history.json").is_file()
+    parser = json.loads((out / "parsing" / "transformer-4x1024-seed1-greedy.json").read_text())
+    assert parser["epochs"] == 1 and parser["all"]["sentences"] == 3  # --limit 3
+    assert 0 <= parser["all"]["f1"] <= 100 and (out / "parsing" / "right-branching.json").is_file()
 
 
 def test_a_second_call_skips_the_rows_already_done(dry_run: tuple[Path, Path]) -> None:

@@ -20,6 +20,9 @@
 #    the last 5 epochs.
 # 4. table3/: as many full-data Table 3 rows (tools/table3_runs.sh) as fit in the time left of
 #    BUDGET_MINUTES (default 25); rows already done are skipped, so a second call continues.
+# 5. parsing/: §6.3's parser, 4 layers of width 1,024 (tools/parsing-4x1024.toml), trained on the
+#    Penn Treebank sample ($TREEBANK_DIR) by tools/parsing_runs.sh and scored on its test files;
+#    resumed where a previous call stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,6 +51,8 @@ if $dry; then
   subword_vocab=300
   average=2
   table3=(ROWS="base E" EPOCHS=1 TRAIN_ARGS="--max-tokens 500 --warmup 10")
+  parsing=(EPOCHS=1 TRAIN_ARGS="--model tiny --max-tokens 500 --warmup 10"
+           SCORE_ARGS="--limit 3 --searches greedy")
 else
   bench=()
   size=()
@@ -55,6 +60,7 @@ else
   subword_vocab=8000
   average=5
   table3=()
+  parsing=(EPOCHS=40)
 fi
 
 echo "== 1. the machine"
@@ -92,4 +98,7 @@ echo "== 4. Table 3 rows, in the time left"
 left=$(( budget_seconds - (SECONDS - started) ))
 env RUNS_DIR="$runs/table3" RESULTS_DIR="$out/table3" DEADLINE=$(( $(date +%s) + left )) \
   "${table3[@]}" bash tools/table3_runs.sh
+echo "== 5. §6.3's parser, 4 layers of 1,024"
+env RUNS_DIR="$runs/parsing" RESULTS_DIR="$out/parsing" SYSTEMS=transformer-4x1024 SEEDS=1 \
+  "${parsing[@]}" bash tools/parsing_runs.sh
 echo "== done in $(( SECONDS - started )) s: $out"
