@@ -22,7 +22,7 @@ declare -A ARGS=(  # each system's model and batches (the Transformer learns fro
 )
 declare -A EPOCHS_OF=([transformer]=40 [lstm]=20 [transformer-4x1024]=40)
 mkdir -p "$RESULTS_DIR"
-echo "$(date -u +%F) $(uname -m), $(nproc) cores, $(python -c "import torch; print('torch', torch.__version__)")" > "$RESULTS_DIR/machine.txt"
+echo "$(date -u +%F) $(uname -m), $(nproc --all) cores, $(python -c "import torch; print('torch', torch.__version__)")" > "$RESULTS_DIR/machine.txt"
 runs=()
 for name in $SYSTEMS; do
   for seed in $SEEDS; do
