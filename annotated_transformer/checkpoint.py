@@ -472,7 +472,7 @@ def _weights_only(self: RunCheckpoint) -> RunCheckpoint:
 
 
 def _tokenizers(self: RunCheckpoint) -> tuple[Tokenizer, Tokenizer]:
-    "The (source, target) tokenizers: the run's subword model twice, or its languages' spaCy."
+    "The (source, target) tokenizers: the run's subword model twice, or its corpus's words'."
     if self.tokenizer is not None:
         return self.tokenizer, self.tokenizer
     return word_tokenizers(self.config.corpus, (self.config.src_lang, self.config.tgt_lang))

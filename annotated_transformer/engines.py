@@ -644,7 +644,7 @@ SUBWORD_BYTES = 64 * 2**20  # a sentencepiece model's limit (a 32,000-piece one 
 
 
 def _tokenizers(path: Path, info: dict, config: TrainConfig) -> tuple[Tokenizer, Tokenizer]:
-    "The (source, target) tokenizers: the folder's subword model twice, or the languages' spaCy."
+    "The (source, target) tokenizers: the folder's subword model twice, or the run's words'."
     if info["tokenizer"] == "subwords":
         with open_plain(path / SUBWORD_FILE, SUBWORD_BYTES) as f:
             subwords = SubwordTokenizer(f.read(SUBWORD_BYTES + 1), str(path / SUBWORD_FILE))

@@ -151,8 +151,8 @@ def training_subset(pairs: list[tuple[str, str]], n: int, seed: int) -> list[tup
 def new_tokenizers(
     config: TrainConfig, train_pairs: list[tuple[str, str]]
 ) -> tuple[Tokenizer, Tokenizer]:
-    """The (source, target) tokenizers of a new run: spaCy's, or one subword model learned from both
-    sides of `train_pairs`."""
+    """The (source, target) tokenizers of a new run: its corpus's words (data.word_tokenizers), or
+    one subword model learned from both sides of `train_pairs`."""
     if config.vocab_size is None:
         return word_tokenizers(config.corpus, (config.src_lang, config.tgt_lang))
     subwords = SubwordTokenizer.train(
@@ -208,7 +208,7 @@ def check_lengths(
 class RunData:
     "A run's data as the model sees it: tokenizers, vocabularies, and every pair as ids."
 
-    tokenizers: tuple[Tokenizer, Tokenizer]  # (source, target): spaCy's, or one subword model twice
+    tokenizers: tuple[Tokenizer, Tokenizer]  # (source, target): words', or one subword model twice
     src_vocab: Vocab
     tgt_vocab: Vocab
     train: EncodedPairs
