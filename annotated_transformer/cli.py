@@ -368,9 +368,12 @@ def _parse(args: argparse.Namespace) -> None:
     _check_sentences(args)
     chunks = [args.sentences] if args.sentences else _chunks(_stdin_lines(), args.buffer_size)
     parser = Parser.from_checkpoint(args.checkpoint, args.device, _max_parameters(args))
-    for chunk in chunks:
-        for parse in parser.parse(chunk, search):
-            print("" if parse is None else show_tree(parse.tree, args.pretty), flush=True)
+    try:
+        for chunk in chunks:
+            for parse in parser.parse(chunk, search):
+                print("" if parse is None else show_tree(parse.tree, args.pretty), flush=True)
+    except BrokenPipeError:  # the reader stopped early (`| head`): stop too, quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 COMMANDS = {  # name: (what it does, what runs it, the records whose fields are its flags)

@@ -120,6 +120,7 @@ def _nltk_places() -> list[Path]:
 
 def treebank_texts(data_dir: str | Path | None = None) -> dict[int, str]:
     "The treebank's files by number (1 for wsj_0001.mrg): from `data_dir`, $TREEBANK_DIR or nltk."
+    nltk_tree()  # no nltk: the one-line error that says how to install it, before any reading
     given = data_dir or os.environ.get(TREEBANK_DIR_ENV)
     if given is not None:
         texts = _texts_at(Path(given))

@@ -16,11 +16,21 @@ import dataclasses
 import io
 import random
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from synthetic import write_treebank
-from clitools import TINY_RUN, cli, copy_run, one_line_failure, refused, refused_while_parsing
+from clitools import (
+    TINY_RUN,
+    cli,
+    copy_run,
+    environment,
+    one_line_failure,
+    refused,
+    refused_while_parsing,
+)
 from nltk import Tree
 
 from annotated_transformer.cli import main
@@ -183,3 +193,17 @@ def test_resuming_on_other_treebank_files_is_refused(run, treebank, tmp_path, ca
     same = copy_run(run, tmp_path / "same")
     assert main(train_argv(same, treebank, 3, "--resume")) == 0
     capsys.readouterr()
+
+
+def test_parse_stops_quietly_when_its_reader_does(run):
+    parse = f"{sys.executable} -m annotated_transformer.cli parse --checkpoint {run / 'last.pt'}"
+    pipeline = f"yes '{SENTENCES[0]}' | head -50 | {parse} --beam 1 --buffer-size 1 | head -1"
+    done = subprocess.run(
+        ["bash", "-c", pipeline + '; echo "parse: ${PIPESTATUS[2]}" >&2'],
+        capture_output=True,
+        text=True,
+        env=environment(),
+        timeout=300,
+    )
+    assert leaves(done.stdout.strip()) == SENTENCES[0].split()
+    assert done.stderr.strip() == "parse: 0", done.stderr  # no traceback, no error line
