@@ -466,25 +466,29 @@ class ParsingScores:
 
     scores: ParseScores
     well_formed: float  # in percent
+    one_slot_per_word: float  # in percent: outputs with as many XX as the sentence has words
 
     def to_dict(self) -> dict:
         "The numbers, for a results file."
         scores = self.scores
         return {
             "well_formed": self.well_formed,
+            "one_slot_per_word": self.one_slot_per_word,
             "all": scores.all.to_dict(),
             "short": scores.short.to_dict(),
         }
 
 # %% ../nbs/20_parsing.ipynb #6dbae077
 def score_parses(golds: Sequence[Tree], parses: Sequence[Delinearized]) -> ParsingScores:
-    "EVALB of `parses` against `golds` (given the gold tags) and the share well-formed."
+    "EVALB of `parses` against `golds` (given the gold tags); the shares well-formed, well counted."
     tests = [with_tags(p.tree, tags(gold)) for p, gold in zip(parses, golds)]
-    well_formed = 100 * sum(p.well_formed for p in parses) / max(len(parses), 1)
-    return ParsingScores(evalb(golds, tests), well_formed)
+    share = lambda hits: 100 * sum(hits) / max(len(parses), 1)
+    well_formed = share(p.well_formed for p in parses)
+    counted = share(p.slots == len(gold.leaves()) for p, gold in zip(parses, golds))
+    return ParsingScores(evalb(golds, tests), well_formed, counted)
 
 
 def right_branching_scores(golds: Sequence[Tree]) -> ParsingScores:
     "The right-branching baseline's scores on `golds` (all its trees are well-formed)."
-    parses = [Delinearized(right_branching(gold.leaves()), True) for gold in golds]
+    parses = [Delinearized(right_branching(g.leaves()), True, len(g.leaves())) for g in golds]
     return score_parses(golds, parses)

@@ -170,6 +170,7 @@ class Delinearized:
 
     tree: Tree
     well_formed: bool
+    slots: int  # the XX the sequence held: a tree over the sentence needs one per word
 
 # %% ../nbs/20_parsing.ipynb #26262356
 def _close(stack: list[Tree]) -> None:
@@ -205,8 +206,8 @@ def delinearize(
         _close(stack)
     top = stack[0]
     if len(top) == 1 and not is_preterminal(top[0]):
-        return Delinearized(top[0], not repaired)
-    return Delinearized(top, False)
+        return Delinearized(top[0], not repaired, tokens.count(XX))
+    return Delinearized(top, False, tokens.count(XX))
 
 # %% ../nbs/20_parsing.ipynb #0db4ef99
 DELETED_TAGS = {"-NONE-", ",", ":", "``", "''", "."}  # COLLINS.prm: words deleted before counting

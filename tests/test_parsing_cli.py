@@ -162,10 +162,11 @@ def test_the_gold_trees_score_100_against_themselves(treebank):
     scores = score_parses(golds, parses)
     assert scores.scores.all.f1 == 100.0 and scores.scores.all.sentences == 8
     assert scores.well_formed == 100.0 and scores.to_dict()["short"]["f1"] == 100.0
+    assert scores.one_slot_per_word == 100.0
     # and one bracket less is not 100
     first = golds[0].copy(deep=True)
     first[1] = Tree("X", list(first[1]))
-    worse = score_parses(golds, [Delinearized(first, True), *parses[1:]])
+    worse = score_parses(golds, [Delinearized(first, True, len(first.leaves())), *parses[1:]])
     assert worse.scores.all.f1 < 100.0 and worse.scores.all.matched == scores.scores.all.gold - 1
 
 

@@ -26,7 +26,7 @@ from nltk import Tree
 
 from annotated_transformer import data
 from annotated_transformer.config import ChoiceError
-from annotated_transformer.translation import right_branching_scores
+from annotated_transformer.translation import right_branching_scores, score_parses
 from annotated_transformer.trees import (
     SPLIT_FILES,
     XX,
@@ -639,5 +639,24 @@ def test_show_tree_on_one_line_and_drawn():
 
 
 def test_a_delinearized_parse_is_shown_as_the_tree_it_holds():
-    parse = Delinearized(right_branching(["a", "b"]), True)
+    parse = Delinearized(right_branching(["a", "b"]), True, 2)
     assert show_tree(parse.tree) == "(S (XX a) (NP (XX b)))"
+
+
+@pytest.mark.parametrize(
+    "tokens, slots, counted",
+    [
+        ("(S XX XX XX )S", 3, 100.0),  # one XX per word
+        (
+            "(S XX XX )S",
+            2,
+            0.0,
+        ),  # a word without a slot: the repair gives it one, the count says so
+        ("(S XX XX XX XX )S", 4, 0.0),  # an XX too many, dropped by the repair
+    ],
+)
+def test_the_slots_written_are_counted_before_the_repair(tokens, slots, counted):
+    gold = tree("(S (DT the) (NN cat) (VBD sat))")
+    parse = delinearize(tokens.split(), gold.leaves())
+    assert parse.slots == slots and parse.tree.leaves() == gold.leaves()
+    assert score_parses([gold], [parse]).one_slot_per_word == counted

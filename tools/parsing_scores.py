@@ -57,7 +57,7 @@ def main() -> None:
             print(
                 f"{run.name} {name}: F1 {result['all']['f1']:.2f} (<= 40: "
                 f"{result['short']['f1']:.2f}), well-formed {result['well_formed']:.1f}%, "
-                f"{seconds:.0f} s"
+                f"one XX per word {result['one_slot_per_word']:.1f}%, {seconds:.0f} s"
             )
 
 
