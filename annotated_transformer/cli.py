@@ -35,9 +35,9 @@ from annotated_transformer.data import ParallelFiles, not_a_file, open_corpus, s
 from annotated_transformer.engines import ENGINES, QUANTIZATIONS, check_loading, check_out
 from annotated_transformer.engines import export_model, load_translator
 from annotated_transformer.model import EncoderDecoder
-from annotated_transformer.translation import PARSING, Parser
 from annotated_transformer.trainer import resolve_run_config, train
-from annotated_transformer.translation import Search, SentenceError, Translating, evaluate
+from annotated_transformer.translation import PARSING, Parser, Search, SentenceError, Translating
+from annotated_transformer.translation import evaluate
 from annotated_transformer.trees import show_tree
 
 EXAMPLES = """\
@@ -61,7 +61,8 @@ annotated-transformer translate --checkpoint runs/multi30k/last.pt --beam 4 --nb
 annotated-transformer translate --checkpoint runs/multi30k-ct2 < input.de  # written by export
 annotated-transformer export --checkpoint runs/multi30k/last.pt --out runs/multi30k-int8 \\
     --quantization int8 --average-last 5
-annotated-transformer train --out runs/parser --corpus treebank --model small --epochs 30
+annotated-transformer train --out runs/parser --corpus treebank --model small --max-tokens 1024 \\
+    --warmup 1000 --dropout 0.2 --epochs 40                     # §6.3: sentences to trees
 echo "The cat sat on the mat ." | annotated-transformer parse --checkpoint runs/parser/last.pt
 """  # written once: the module's docstring shows them all, each command's --help its own
 
@@ -381,7 +382,7 @@ COMMANDS = {  # name: (what it does, what runs it, the records whose fields are 
     "evaluate": ("BLEU of a checkpoint on a test split or your files", _evaluate, (Search,)),
     "translate": ("translate sentences (arguments or stdin)", _translate, (Search,)),
     "export": ("write a checkpoint's Transformer as a CTranslate2 model folder", _export, ()),
-    "parse": ("parse sentences into trees with a treebank run (§6.3)", _parse, (Search,)),
+    "parse": ("parse sentences into trees: beam 21, alpha 0.3 unless flags say", _parse, (Search,)),
 }
 
 
@@ -399,7 +400,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     for name, (about, run, records) in COMMANDS.items():
         epilog, raw = f"examples:\n{examples(name)}", argparse.RawDescriptionHelpFormatter
-        c = sub.add_parser(name, help=about, epilog=epilog, formatter_class=raw)
+        c = sub.add_parser(name, help=about, description=about, epilog=epilog, formatter_class=raw)
         c.set_defaults(run=run)
         own_flags(c, name)
         runtime = {"evaluate": {"device", "progress"}, "translate": {"device"}, "parse": {"device"}}

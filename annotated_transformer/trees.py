@@ -15,7 +15,7 @@ import os
 import re
 import zipfile
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -354,7 +354,7 @@ class Treebank:
         "The cleaned gold trees of 'train', 'val' or 'test'."
         return split_trees(treebank_texts(self.data_dir), split)
 
-    def pairs(self, split: str, log=print) -> list[tuple[str, str]]:
+    def pairs(self, split: str, log: Callable[[str], None] = print) -> list[tuple[str, str]]:
         "The (words, linearized tree) pairs of 'train', 'val' or 'test'."
         return [sentence_pair(tree) for tree in self.trees(split)]
 
