@@ -17,7 +17,7 @@ from torch import Tensor
 from .model import EncoderDecoder, subsequent_mask
 
 # %% auto #0
-__all__ = ['ALPHA', 'greedy_decode', 'length_penalty', 'Hypothesis', 'best_extensions', 'beam_decode', 'Decoder', 'PrefixDecoder', 'CachedDecoder', 'Decodable', 'begin_decoding', 'greedy_search', 'beam_search']
+__all__ = ['ALPHA', 'greedy_decode', 'length_penalty', 'Hypothesis', 'best_extensions', 'beam_decode', 'Decoder', 'PrefixDecoder', 'CachedDecoder', 'Decodable', 'begin_decoding', 'greedy_search', 'beam_search', 'compiled_step', 'CompiledDecoder']
 
 # %% ../nbs/05_decoding.ipynb #ab7f8f52
 @torch.no_grad()
@@ -121,10 +121,11 @@ def beam_decode(
     return sorted(finished, key=lambda h: -h.score)[:K]
 
 # %% ../nbs/19_engines.ipynb #a1f0d003
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
-from .model import DecoderCache
+from .model import DecoderCache, StaticDecoderCache
 
 # %% ../nbs/19_engines.ipynb #5d6be7dc
 @runtime_checkable
@@ -193,11 +194,14 @@ def begin_decoding(
     src_mask: Tensor,  # (B, 1, S); True = a real token
     cached: bool = True,  # for a Transformer: CachedDecoder, else PrefixDecoder
     beams: int = 1,  # K rows per sentence: row j * K + b is beam b of sentence j
+    compiled: bool = False,  # for a Transformer: CompiledDecoder (the end of this chapter)
 ) -> Decoder:
     """A decoder for this batch: this chapter's for a Transformer, the model's own `begin_decoding`
     for any other."""
     if isinstance(model, EncoderDecoder):
         memory = model.encode(src, src_mask)  # (B, S, D)
+        if compiled:
+            return CompiledDecoder(model, memory, src_mask, beams)
         if cached:
             return CachedDecoder(model, memory, src_mask, beams)
         decoder = PrefixDecoder(model, memory, src_mask)
@@ -270,21 +274,21 @@ def greedy_search(
     end_symbol: int,
     cached: bool = True,  # for a Transformer; False: recompute the whole prefix at every step
     banned: Sequence[int] = (),  # token ids never to generate (e.g. <unk>)
+    compiled: bool = False,  # for a Transformer: CompiledDecoder (the end of this chapter)
 ) -> list[Hypothesis]:
     "The most probable token at each step: (tokens, sum of log-probabilities) per sentence."
     limits = _check_decode_args(src, src_mask, max_len)
-    decoder = begin_decoding(model, src, src_mask, cached)
+    decoder = begin_decoding(model, src, src_mask, cached, compiled=compiled)
     results = [Hypothesis([], 0.0) for _ in limits]
     alive, y = _start(decoder, limits, start_symbol, src.device)  # the sentence each row decodes
     for t in range(1, max(limits)):
         if not alive:
             break
         logp, y = _ban(decoder.step(y), banned).max(dim=-1)  # (B',), (B',)
-        keep = []
-        for row, (i, token, score) in enumerate(zip(alive, y.tolist(), logp.tolist())):
+        tokens = y.tolist()
+        for i, token, score in zip(alive, tokens, logp.tolist()):
             results[i] = Hypothesis(results[i].tokens + [token], results[i].score + score)
-            if token != end_symbol and t + 1 < limits[i]:
-                keep.append(row)
+        keep = [r for r, i in enumerate(alive) if tokens[r] != end_symbol and t + 1 < limits[i]]
         if len(keep) < len(alive):  # some sentences are done: stop computing their rows
             decoder.select(rows := torch.tensor(keep, dtype=torch.long, device=src.device))
             alive, y = [alive[r] for r in keep], y[rows]
@@ -353,14 +357,16 @@ def _start_beams(n: int, K: int, device: torch.device) -> Tensor:
 
 
 def _next_beams(
-    going_on: list[list[_Candidate]], K: int, device: torch.device
-) -> tuple[Tensor, Tensor, Tensor]:
-    """The beams that go on, from each sentence still in the decoder ([] if it is done): their rows
-    (B'' K,), their log-probabilities (B'', K) and their newest tokens (B'' K,)."""
+    decoder: Decoder, going_on: list[list[_Candidate]], K: int, device: torch.device
+) -> tuple[Tensor, Tensor]:
+    """The beams that go on, from each sentence still in the decoder ([] if it is done): the
+    decoder keeps their rows (B'' K,); return their log-probabilities (B'', K) and newest tokens
+    (B'' K,)."""
     rows = [j * K + beam for j, beams in enumerate(going_on) for beam, _, _ in beams]
+    decoder.select(torch.tensor(rows, device=device))
     logp = [[lp for _, _, lp in beams] for beams in going_on if beams]
     tokens = [token for beams in going_on for _, token, _ in beams]
-    return tuple(torch.tensor(x, device=device) for x in (rows, logp, tokens))
+    return torch.tensor(logp, device=device), torch.tensor(tokens, device=device)
 
 # %% ../nbs/19_engines.ipynb #a070dfa5
 @torch.inference_mode()
@@ -375,11 +381,12 @@ def beam_search(
     alpha: float = ALPHA,  # length penalty, finite and at least 0; 0 ranks by log-probability
     cached: bool = True,  # for a Transformer; False: recompute the whole prefix at every step
     banned: Sequence[int] = (),  # token ids never to generate (e.g. <unk>)
+    compiled: bool = False,  # for a Transformer: CompiledDecoder (the end of this chapter)
 ) -> list[list[Hypothesis]]:
     "Each sentence's best hypotheses (at most K), `(tokens, log-probability / lp)`, best first."
     limits = _check_decode_args(src, src_mask, max_len, beam_size, alpha)
     searches = [_SentenceSearch(beam_size, limit, end_symbol, alpha) for limit in limits]
-    decoder = begin_decoding(model, src, src_mask, cached, beams=beam_size)  # K rows a sentence
+    decoder = begin_decoding(model, src, src_mask, cached, beam_size, compiled)  # K rows each
     started, y = _start(decoder, limits, start_symbol, src.device, beam_size)
     alive = [searches[i] for i in started]  # the sentences still decoding
     beam_logp = _start_beams(len(alive), beam_size, src.device)  # (B', K)
@@ -389,6 +396,52 @@ def beam_search(
         alive = [search for search, beams in zip(alive, going_on) if beams]
         if not alive:
             break
-        rows, beam_logp, y = _next_beams(going_on, beam_size, src.device)
-        decoder.select(rows)
+        beam_logp, y = _next_beams(decoder, going_on, beam_size, src.device)
     return [search.best() for search in searches]
+
+# %% ../nbs/19_engines.ipynb #eb24c5a8
+def _decode_step(model: EncoderDecoder, y: Tensor, cache: StaticDecoderCache) -> Tensor:
+    "Newest tokens (R,) -> log-probabilities of the next token (R, V): the step the compiler sees."
+    return model.generator(model.step(y, cache))
+
+
+@functools.cache
+def compiled_step() -> Callable[[EncoderDecoder, Tensor, StaticDecoderCache], Tensor]:
+    """`_decode_step` compiled by inductor, weights frozen into the code: one per process, compiled
+    again only for another model, room or padded source length (never for the position or the
+    number of rows)."""
+    return torch.compile(_decode_step, dynamic=False, options={"freezing": True})
+
+
+def _rows_vary(y: Tensor, cache: StaticDecoderCache) -> None:
+    """Tell the compiler that the rows (the first dimension) of the step's tensors vary: one code
+    for every row count (from 2: it specializes 0 and 1, hence the cache's 2 rows or more)."""
+    sources = [x for pair in cache.sources for x in pair]
+    for x in [y, cache.src_mask, *sources, *[x for c in cache.layers for x in (c.keys, c.values)]]:
+        torch._dynamo.mark_dynamic(x, 0)
+
+# %% ../nbs/19_engines.ipynb #65a2fa46
+class CompiledDecoder:
+    """`CachedDecoder` over a `StaticDecoderCache`, its step compiled once for each room: the same
+    model's step, the same shapes at every position until the room doubles."""
+
+    def __init__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor, beams: int = 1):
+        if model.training:
+            raise ValueError("CompiledDecoder computes without dropout: call model.eval() first")
+        self.model, self.cache = model, StaticDecoderCache(model, memory, src_mask, beams)
+        self.t = 0  # the position of the next step, as the cache's tensor holds it
+
+    def step(self, y: Tensor) -> Tensor:
+        "Newest tokens (B',) -> log-probabilities of the next token (B', V)."
+        if self.t == self.cache.room:  # full: a room twice the size, compiled once more
+            self.cache.grow()
+        self.t += 1
+        ys = y.repeat(2) if len(y) < self.cache.rows else y  # (R,): a lone row's copy too
+        _rows_vary(ys, self.cache)
+        logp = compiled_step()(self.model, ys, self.cache)  # (R, V)
+        self.cache.t += 1  # in place: the tensor every layer's cache reads
+        return logp[: len(y)]
+
+    def select(self, rows: Tensor) -> None:
+        "Keep these rows (B',), in this order: K at a time, each group from one sentence."
+        self.cache.select(rows)

@@ -191,6 +191,8 @@ TINY_PENALTY = 1e-6  # a length penalty that changes no ranking but turns off an
 
 def search_options(search: Search, length: int) -> dict:
     "Options of CTranslate2's `translate_batch` that make its search ours, for sources of `length`."
+    if search.compile:
+        raise ChoiceError("--compile is for our decoder: CTranslate2's is compiled already")
     return dict(
         beam_size=search.beam_size,
         num_hypotheses=search.beam_size,  # all K: they are ranked again with GNMT's penalty

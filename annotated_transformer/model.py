@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 # %% auto #0
-__all__ = ['EncoderDecoder', 'Generator', 'clones', 'SublayerConnection', 'EncoderLayer', 'Encoder', 'DecoderLayer', 'Decoder', 'subsequent_mask', 'check_mask', 'attention', 'split_heads', 'merge_heads', 'attend', 'MultiHeadedAttention', 'PositionwiseFeedForward', 'check_ids', 'Embeddings', 'PositionalEncoding', 'init_weights', 'make_model', 'tie_embeddings', 'ModelConfig', 'count_parameters', 'KINDS', 'attention_modules', 'attach_weight_hooks', 'attention_weights', 'MAX_SIZES', 'check_sizes', 'check_hyperparameters', 'KVCache', 'patch_to', 'DecoderCache']
+__all__ = ['EncoderDecoder', 'Generator', 'clones', 'SublayerConnection', 'EncoderLayer', 'Encoder', 'DecoderLayer', 'Decoder', 'subsequent_mask', 'check_mask', 'attention', 'split_heads', 'merge_heads', 'attend', 'MultiHeadedAttention', 'PositionwiseFeedForward', 'check_ids', 'Embeddings', 'PositionalEncoding', 'init_weights', 'make_model', 'tie_embeddings', 'ModelConfig', 'count_parameters', 'KINDS', 'attention_modules', 'attach_weight_hooks', 'attention_weights', 'MAX_SIZES', 'check_sizes', 'check_hyperparameters', 'KVCache', 'patch_to', 'DecoderCache', 'move_rows', 'StaticKVCache', 'round_up', 'StaticDecoderCache']
 
 # %% ../nbs/01_model.ipynb #b9d2953d
 class EncoderDecoder(nn.Module):
@@ -530,14 +530,14 @@ class KVCache:
         self.values = like.new_empty(rows, h, room, d_v)  # (B, h, room, d_v)
         self.t = 0  # positions filled
 
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        "Store the newest k (B, h, 1, d_k) and v (B, h, 1, d_v); return all t so far (B, h, t, d)."
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, None]:
+        "Store the newest k and v (B, h, 1, d); return all t so far (B, h, t, d), and no mask."
         if self.t == self.keys.size(2):  # full: twice the room, so a copy only every doubling
             self.keys = torch.cat([self.keys, torch.empty_like(self.keys)], dim=2)
             self.values = torch.cat([self.values, torch.empty_like(self.values)], dim=2)
         self.keys[:, :, self.t], self.values[:, :, self.t] = k[:, :, 0], v[:, :, 0]
         self.t += 1
-        return self.keys[:, :, : self.t], self.values[:, :, : self.t]  # views, not copies
+        return self.keys[:, :, : self.t], self.values[:, :, : self.t], None  # views, not copies
 
     def select(self, rows: Tensor) -> None:
         "Keep these rows (B',), in this order."
@@ -571,9 +571,10 @@ def step(self, x: Tensor, cache: KVCache) -> Tensor:
     """Self-attention of the newest position x (B, 1, D) to itself and the earlier positions,
     whose keys and values `cache` keeps (x's are appended): (B, 1, D)."""
     q, k, v = self.heads(x, x, x, start=cache.t)  # (B, h, 1, d_k), (B, h, 1, d_k), (B, h, 1, d_v)
-    keys, values = cache.append(k, v)  # (B, h, t + 1, d_k), (B, h, t + 1, d_v)
-    # no mask: the newest position may attend to all; for one query this beats SDPA on a CPU
-    out, _ = attention(q, keys, values)  # (B, h, 1, d_v)
+    keys, values, filled = cache.append(k, v)  # (B, h, T, d_k), (B, h, T, d_v), T >= t + 1
+    # the newest position may attend to every position filled (for one query, this beats SDPA on a
+    # CPU); `filled` is None when the cache holds no others, as here (a fixed-size one: below)
+    out, _ = attention(q, keys, values, filled)  # (B, h, 1, d_v)
     return self.w_o(merge_heads(out))  # (B, 1, D)
 
 # %% ../nbs/19_engines.ipynb #a21bbb50
@@ -601,8 +602,11 @@ def step_source(
 
 # %% ../nbs/19_engines.ipynb #9f931617
 @patch_to(PositionalEncoding)
-def step(self, x: Tensor, t: int) -> Tensor:
-    "Embeddings x (B, 1, D) of position t plus that position's encoding, then dropout."
+def step(self, x: Tensor, t: int | Tensor) -> Tensor:
+    """Embeddings x (B, 1, D) of position t plus that position's encoding, then dropout; t may be
+    a 0-dim tensor (a fixed-size cache's, below: its room is checked against the table)."""
+    if isinstance(t, Tensor):
+        return self.dropout(x + self.pe.index_select(1, t.view(1)))  # (B, 1, D)
     if t >= self.max_len:
         raise ValueError(
             f"position {t} is beyond the positional-encoding table (max_len={self.max_len})"
@@ -686,3 +690,114 @@ def norm_first(self) -> bool:
 def encodings(self) -> Tensor:
     "The positional table (max_len, D): row t is position t's encoding, sinusoidal or learned."
     return self.pe[0]
+
+# %% ../nbs/19_engines.ipynb #679e3618
+def move_rows(x: Tensor, rows: Tensor) -> Tensor:
+    """x (R, ...) with row i taken from row rows[i] (B' <= R of them), in place, copying only the
+    rows that change; return its first B' rows (a view: the rest of the room stays allocated)."""
+    moved = (rows != torch.arange(len(rows), device=rows.device)).nonzero().squeeze(1)
+    x.index_copy_(0, moved, x.index_select(0, rows[moved]))  # x may be a view: it writes through
+    return x[: len(rows)]
+
+# %% ../nbs/19_engines.ipynb #4ac648b3
+class StaticKVCache:
+    """One self-attention layer's keys and values in a room of L positions: each step writes its
+    position `t` in place and masks those after it, the same shapes until `grow` doubles L."""
+
+    def __init__(self, rows: int, h: int, d_k: int, d_v: int, like: Tensor, room: int, t: Tensor):
+        # zeros, not empty: a masked position gets weight 0, and 0 * nan is nan
+        self.keys = like.new_zeros(rows, h, room, d_k)  # (R, h, L, d_k)
+        self.values = like.new_zeros(rows, h, room, d_v)  # (R, h, L, d_v)
+        self.t = t  # the position of the next step: a 0-dim tensor all the layers share
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        "Write k and v (R, h, 1, d) at t; return the room and its positions filled (1, 1, 1, L)."
+        at = self.t.view(1)
+        self.keys.index_copy_(2, at, k)
+        self.values.index_copy_(2, at, v)
+        filled = torch.arange(self.keys.size(2), device=at.device) <= self.t  # (L,)
+        return self.keys, self.values, filled.view(1, 1, 1, -1)
+
+    def select(self, rows: Tensor) -> None:
+        "Keep these rows (B',), in this order: their positions filled move, in place."
+        filled = slice(0, int(self.t))
+        for x in (self.keys, self.values):
+            move_rows(x[:, :, filled], rows)
+        self.keys, self.values = self.keys[: len(rows)], self.values[: len(rows)]
+
+    def grow(self) -> None:
+        "Twice the room, the positions filled copied into it."
+        double = lambda x: torch.cat([x, torch.zeros_like(x)], 2)  # (R, h, 2 L, d)
+        self.keys, self.values = double(self.keys), double(self.values)
+
+# %% ../nbs/19_engines.ipynb #a08436e8
+def round_up(n: int, step: int) -> int:
+    "The multiple of `step` at or above n."
+    return -(-n // step) * step
+
+
+def _two_or_more(rows: Tensor) -> Tensor:
+    "A lone row twice (the compiler would specialize a dimension of 1: see CompiledDecoder)."
+    return rows.repeat(2) if len(rows) == 1 else rows
+
+# %% ../nbs/19_engines.ipynb #03cf4eb1
+class StaticDecoderCache:
+    """`DecoderCache` with few shapes: every layer's keys and values in a `StaticKVCache` of
+    `room` positions, doubled when full, and the source's keys and values padded to a multiple of
+    `source_step` positions, a copy per row. Rows that leave are the room's last rows, so every
+    tensor stays its first rows; at least 2 (one sentence left: its row and an unread copy)."""
+
+    def __init__(
+        self,
+        model: EncoderDecoder,
+        memory: Tensor,  # (B, S, D)
+        src_mask: Tensor,  # (B, 1, S)
+        beams: int = 1,  # K rows a sentence: row j * K + b is sentence j's beam b
+        room: int = 32,  # positions kept to begin with
+        source_step: int = 32,  # the source is padded to a multiple of this
+    ):
+        pad = round_up(memory.size(1), source_step) - memory.size(1)
+        rows = torch.arange(memory.size(0), device=memory.device).repeat_interleave(beams)
+        rows = _two_or_more(rows)  # (R,)
+        self.sources = [
+            tuple(F.pad(x, (0, 0, 0, pad))[rows] for x in layer.src_attn.memory_heads(memory))
+            for layer in model.decoder.layers
+        ]  # (R, h, S', d_k) and (R, h, S', d_v) per layer
+        self.src_mask = F.pad(src_mask, (0, pad))[rows].unsqueeze(1)  # (R, 1, 1, S'): pads False
+        self.t, self.beams = memory.new_zeros((), dtype=torch.long), beams
+        attn, R = model.decoder.layers[0].self_attn, len(rows)
+        self.layers = [
+            StaticKVCache(R, attn.h, attn.d_k, attn.d_v, memory, room, self.t)
+            for _ in model.decoder.layers
+        ]
+
+# %% ../nbs/19_engines.ipynb #8a133a02
+@patch_to(StaticDecoderCache, as_prop=True)
+def room(self) -> int:
+    "Positions each layer's cache holds (filled or not)."
+    return self.layers[0].keys.size(2)
+
+
+@patch_to(StaticDecoderCache, as_prop=True)
+def rows(self) -> int:
+    "Rows computed at every step: the search's, or 2 where it has one."
+    return self.src_mask.size(0)
+
+
+@patch_to(StaticDecoderCache)
+def select(self, rows: Tensor) -> None:
+    "Keep these rows (B',), K at a time; a source moves only to another sentence's rows."
+    rows = _two_or_more(rows)
+    here = torch.arange(len(rows), device=rows.device)
+    sources = torch.where(rows // self.beams == here // self.beams, here, rows)  # (B',)
+    self.src_mask = move_rows(self.src_mask, sources)
+    self.sources = [tuple(move_rows(x, sources) for x in kv) for kv in self.sources]
+    for cache in self.layers:
+        cache.select(rows)
+
+
+@patch_to(StaticDecoderCache)
+def grow(self) -> None:
+    "Twice the room in every layer."
+    for cache in self.layers:
+        cache.grow()

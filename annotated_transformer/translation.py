@@ -21,7 +21,7 @@ from .model import EncoderDecoder
 from .recurrent import RecurrentEncoderDecoder
 
 # %% auto #0
-__all__ = ['GREEDY', 'Scored', 'Search', 'Translating', 'Translator', 'BleuScores', 'bleu', 'AttentionMaps', 'check_kind', 'SentenceError', 'source_tokens', 'Evaluation', 'evaluate', 'PARSING', 'Parser', 'ParsingScores', 'score_parses', 'right_branching_scores']
+__all__ = ['GREEDY', 'Scored', 'Search', 'Translating', 'Translator', 'BleuScores', 'bleu', 'AttentionMaps', 'check_kind', 'SentenceError', 'source_tokens', 'check_compilable', 'Evaluation', 'evaluate', 'PARSING', 'Parser', 'ParsingScores', 'score_parses', 'right_branching_scores']
 
 # %% ../nbs/06_translation.ipynb #4fbe9370
 @dataclass(frozen=True)
@@ -31,9 +31,7 @@ class Search:
     beam_size: int = setting(  # at most 1,000: a wider beam is memory and time for nothing
         1, "beam size (default 1: greedy; the paper uses 4)", low=1, high=1_000, flag="--beam"
     )
-    alpha: float = setting(  # beam search's length penalty (§6.1)
-        ALPHA, "beam search length penalty, as in the paper", low=0
-    )
+    alpha: float = setting(ALPHA, "beam search length penalty, as in the paper (§6.1)", low=0)
     nbest: int = setting(  # translations kept for each sentence, best first
         1, "the K best translations of each sentence (K at most --beam)", low=1, metavar="K"
     )
@@ -42,6 +40,7 @@ class Search:
         False, "let translations contain <unk> (default: the next best word replaces it)"
     )
     batch_size: int = setting(128, "sentences decoded together (fewer: less memory)", low=1)
+    compile: bool = setting(False, "compile the decoder for speed (a C++ compiler; a slow start)")
 
     def __post_init__(self):
         check_settings(self)
@@ -121,6 +120,8 @@ class Translator(Translating):
 
 # %% ../nbs/19_engines.ipynb #b2d0a002
 import json
+import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -130,7 +131,7 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from .config import arch_of
+from .config import ChoiceError, arch_of
 from .data import SpacyTokenizer, Tokenizer, Vocab, read_lines
 from .decoding import beam_search, greedy_search
 from .model import KINDS, attention_weights, count_parameters
@@ -153,14 +154,12 @@ def _search_batch(
     src_mask = (src != src_vocab.pad).unsqueeze(-2)  # (B, 1, S)
     banned = () if search.allow_unk else (tgt_vocab.unk,)
     ends = (tgt_vocab.bos, tgt_vocab.eos)
+    how = dict(banned=banned, compiled=search.compile)
     if search.beam_size == 1:
-        found = [
-            [best] for best in greedy_search(model, src, src_mask, limits, *ends, banned=banned)
-        ]
+        found = [[best] for best in greedy_search(model, src, src_mask, limits, *ends, **how)]
     else:
-        found = beam_search(
-            model, src, src_mask, limits, *ends, search.beam_size, search.alpha, banned=banned
-        )
+        beams = dict(beam_size=search.beam_size, alpha=search.alpha)
+        found = beam_search(model, src, src_mask, limits, *ends, **beams, **how)
     return [[(tgt_vocab.decode(out), s) for out, s in best[: search.nbest]] for best in found]
 
 # %% ../nbs/19_engines.ipynb #ed96e3d2
@@ -263,11 +262,22 @@ def source_tokens(
     return tokens
 
 # %% ../nbs/19_engines.ipynb #c1b2e003
+def check_compilable(model: nn.Module) -> None:
+    "Refuse `compile` in one line where it cannot run: not a Transformer, or no C++ compiler."
+    if not isinstance(model, EncoderDecoder):
+        raise ChoiceError(f"--compile compiles a Transformer's decoder, not {type(model).__name__}")
+    compilers = (os.environ.get("CXX"), "g++", "clang++", "c++")
+    if not any(shutil.which(c) for c in compilers if c):  # inductor writes C++ for the CPU
+        raise ChoiceError("--compile needs a C++ compiler (g++, clang++ or $CXX); none found")
+
+
 def _nbest(
     translator: Translator, sentences: Sequence[str], search: Search, progress: bool
 ) -> list[list[Scored]]:
     "The best (target tokens, score) of each sentence, decoded in batches of similar length."
     t = translator
+    if search.compile:
+        check_compilable(t.model)
     tokens = source_tokens(t.src_tokenizer, sentences, t.model.max_len, search.max_extra)
     order = sorted(tokens, key=lambda i: len(tokens[i]))  # less padding
     results: list[list[Scored]] = [[] for _ in sentences]  # none for a blank sentence

@@ -1,10 +1,13 @@
 """Our decoder against an inference engine on the CPU: the same model, the same sentences, the same
 threads.
 
-Eight ways to translate the same German sentences (Multi30k's test2016, 1,000 of them) with one
+Ten ways to translate the same German sentences (Multi30k's test2016, 1,000 of them) with one
 trained checkpoint, greedy search and beam search (beam 4, alpha 0.6) each:
 
 - ours: `Translator` (batched, cached `greedy_search` and `beam_search`, batches of 128);
+- ours, compiled: the same with `Search(compile=True)` (`translate --compile`): the fixed-size
+  cache and its step compiled by `torch.compile` (inductor, weights frozen); compiled during the
+  warm-up round, which is not timed;
 - ours, int8: the same after `torch.ao.quantization.quantize_dynamic` on every `nn.Linear` (int8
   weights, activations quantized on the fly);
 - CTranslate2 float32: `ExportedTranslator`, the checkpoint exported with `export_model`;
@@ -43,9 +46,10 @@ environment on as it finds it and prints the setting.
         --no-int8 --limit 500
     python benchmarks/bench_engines.py --checkpoint runs/multi30k/last.pt --profile beam
 
---profile greedy (or beam) times that search of ours and of CTranslate2 (float32) in two
-alternating rounds, then prints the PyTorch operations of one more round of ours, by their own CPU
-time (torch.profiler; common.py `profile_round`): where our decoder's time goes.
+--profile greedy (or beam) times that search of ours (with --compiled: ours, compiled) and of
+CTranslate2 (float32) in two alternating rounds, then prints the PyTorch operations of one more
+round of ours, by their own CPU time (torch.profiler; common.py `profile_round`): where our
+decoder's time goes.
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ from annotated_transformer.translation import Search, Translator, bleu
 
 ROOT = Path(__file__).resolve().parent.parent
 SEARCHES = {"greedy": Search(), "beam 4": Search(beam_size=4)}
-ENGINES = ("ours", "ours, int8", "CTranslate2 float32", "CTranslate2 int8")
+ENGINES = ("ours", "ours, compiled", "ours, int8", "CTranslate2 float32", "CTranslate2 int8")
 # PyTorch 2.13 warns that torch.ao.quantization will move to torchao: it is still PyTorch's int8
 warnings.filterwarnings("ignore", r"torch\.ao\.quantization is deprecated", DeprecationWarning)
 warnings.filterwarnings("ignore", r"torch\.quantize_per_tensor", UserWarning)
@@ -106,7 +110,7 @@ def model_checkpoint(args: argparse.Namespace) -> RunCheckpoint:
 
 
 def build(engine: str, args: argparse.Namespace) -> Translator | ExportedTranslator:
-    "One of the four ENGINES, loaded from the checkpoint."
+    "One of the ENGINES, loaded from the checkpoint."
     ckpt, threads = model_checkpoint(args), args.threads
     if engine.startswith("CTranslate2"):
         quantization = "int8" if engine.endswith("int8") else "float32"
@@ -136,7 +140,8 @@ def serve(engine: str, args: argparse.Namespace, sentences: list[str]) -> None:
     for line in sys.stdin:
         command, *rest = json.loads(line)
         if command == "translate":
-            last[rest[0]] = translator.translate(sentences, SEARCHES[rest[0]])
+            search = replace(SEARCHES[rest[0]], compile=engine == "ours, compiled")
+            last[rest[0]] = translator.translate(sentences, search)
         answer = {"ready": True, "translate": True, "peak": vmhwm()}.get(command)
         print(json.dumps(last[rest[0]] if command == "outputs" else answer), flush=True)
         if command == "quit":
@@ -236,7 +241,8 @@ def cpu_name() -> str:
 def profile_search(args: argparse.Namespace, sentences: list[str]) -> None:
     "Our search against CTranslate2's (a worker each), then ours under torch.profiler."
     search = "greedy" if args.profile == "greedy" else "beam 4"
-    workers = {engine: Worker(engine) for engine in ("ours", "CTranslate2 float32")}
+    way = "ours, compiled" if args.compiled else "ours"
+    workers = {engine: Worker(engine) for engine in (way, "CTranslate2 float32")}
     for r in range(3):  # the first round warms up
         for name, worker in workers.items() if r % 2 else reversed(workers.items()):
             start = time.perf_counter()
@@ -247,7 +253,8 @@ def profile_search(args: argparse.Namespace, sentences: list[str]) -> None:
         worker.ask("quit")
     ours = build("ours", args)
     ours.src_tokenizer = Pretokenized(ours.src_tokenizer, sentences)
-    profile_round(lambda: ours.translate(sentences, SEARCHES[search]), torch.device("cpu"))
+    chosen = replace(SEARCHES[search], compile=args.compiled)
+    profile_round(lambda: ours.translate(sentences, chosen), torch.device("cpu"))
 
 
 def main() -> None:
@@ -259,6 +266,8 @@ def main() -> None:
         help="time a model of this size with random weights (and the checkpoint's vocabularies)",
     )
     p.add_argument("--no-int8", action="store_true", help="leave out the two int8 ways")
+    p.add_argument("--no-compiled", action="store_true", help="leave out ours, compiled")
+    p.add_argument("--compiled", action="store_true", help="--profile: ours, compiled")
     p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     p.add_argument("--data-dir", help="Multi30k folder (default: $MULTI30K_DIR, else download)")
     p.add_argument("--limit", type=int, default=1000, help="the first N sentences of test2016")
@@ -295,7 +304,8 @@ def main() -> None:
     if args.profile:
         profile_search(args, sentences)
         return
-    engines = [e for e in ENGINES if not (args.no_int8 and e.endswith("int8"))]
+    left_out = ("int8",) * args.no_int8 + ("compiled",) * args.no_compiled
+    engines = [e for e in ENGINES if not e.endswith(left_out)]
     workers = {engine: Worker(engine) for engine in engines}
     rates: dict[str, list[float]] = {}
     start = time.perf_counter()

@@ -19,6 +19,19 @@ Same sizes, batches and optimizer settings (ours and the straightforward step sh
 the peer has its own); rounds alternate. Prints the median target tokens per second of each and the
 ratios.
 
+Against the machine's limit: before timing, this machine's float32 matrix-multiply peak is measured
+with the benchmark's thread count (common.py's `matmul_peak`: the best rate of `torch.mm` over
+square matrices of 512 to 2048 and the shapes of the model's own products at this batch, each the
+best of `--peak-repeats` timings). A setting's achieved FLOP/s is the FLOPs of a round over its
+median round time. The FLOPs are counted from the model's sizes and the batches' padded shapes by
+common.py's `FLOP_FORMULA`, printed once: 6 per weight of a matrix product and position it runs
+over (2 forward, 4 backward), the encoder's weights over the source positions, the decoder's and
+the output projection's over the target positions (the source attention's keys and values over
+the source's), plus the attention scores and their weighted sums, 3 x 2 x 2 x length^2 x d_model
+a sentence and layer; padded positions are counted, as the kernels compute them. Every setting
+does the same products on the same batches, so the count is the same for each, and the ratios of
+FLOP/s are those of tokens/s.
+
     python benchmarks/bench_training.py
     python benchmarks/bench_training.py --profile ours    # where one round's CPU time goes
     python benchmarks/bench_training.py --profile "ours, fused loss"
@@ -45,7 +58,16 @@ from annotated_transformer.losses import (
 )
 from annotated_transformer.model import ModelConfig, MultiHeadedAttention
 from annotated_transformer.training import EpochOptions, Updates, noam_optimizer, train_epoch
-from common import PAD, compare, make_batches, profile_round, torch_transformer_steps
+from common import (
+    FLOP_FORMULA,
+    PAD,
+    compare,
+    make_batches,
+    matmul_peak,
+    profile_round,
+    torch_transformer_steps,
+    training_flops,
+)
 
 
 class MaterializedLabelSmoothing(nn.Module):
@@ -68,6 +90,33 @@ def use_readable_attention(model: nn.Module) -> None:
             module.forward = partial(MultiHeadedAttention.forward, module, need_weights=True)
 
 
+def measure_peak(cfg: ModelConfig, vocab: int, batches: list[Batch], repeats: int) -> float:
+    """Print and return this machine's float32 matmul peak in FLOP/s: square products, and the
+    model's own at the first batch's target positions (B x T, as every batch here)."""
+    d, d_ff = cfg.d_model, cfg.d_ff
+    tokens = batches[0].tgt.numel()  # (B, T) positions
+    model_shapes = [
+        (tokens, d, d),  # attention projections
+        (tokens, d, d_ff),  # feed-forward, in
+        (tokens, d_ff, d),  # feed-forward, out
+        (d_ff, tokens, d),  # a weight's gradient
+        (tokens, d, vocab),  # output projection
+    ]
+    shapes = [(n, n, n) for n in (512, 1024, 2048)] + model_shapes
+    peak, rates = matmul_peak(shapes, repeats)
+    print(
+        f"float32 matmul, {torch.get_num_threads()} threads (torch.mm, best of {repeats}), "
+        "GFLOP/s of (m, k) x (k, n):"
+    )
+    for line in range(0, len(shapes), 4):
+        print(
+            "  "
+            + "; ".join(f"{m}x{k}x{n} {rates[m, k, n] / 1e9:.1f}" for m, k, n in shapes[line:][:4])
+        )
+    print(f"this machine's matmul peak: {peak / 1e9:.1f} GFLOP/s")
+    return peak
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -79,6 +128,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7, help="timed rounds per variant")
     parser.add_argument(
         "--profile", metavar="VARIANT", help="instead of timing, profile one round of this variant"
+    )
+    parser.add_argument(
+        "--peak-repeats",
+        type=int,
+        default=5,
+        help="timings of each matrix product shape for the matmul peak (the best is kept)",
     )
     args = parser.parse_args()
 
@@ -131,9 +186,20 @@ def main() -> None:
             parser.error(f"--profile: choose one of {', '.join(map(repr, variants))}")
         profile_round(variants[args.profile](), torch.device("cpu"))
         return
+    peak = measure_peak(cfg, args.vocab, batches, args.peak_repeats)
+    flops = training_flops(cfg, args.vocab, batches)
+    tokens = sum(b.ntokens for b in batches)
+    print(FLOP_FORMULA)
+    print(
+        f"{flops / 1e9:.1f} GFLOP a round ({flops / args.steps / 1e9:.2f} a step), "
+        f"{flops / tokens / 1e6:.1f} MFLOP per target token"
+    )
     rates = compare(
         {name: make() for name, make in variants.items()}, args.rounds, "target tokens/s"
     )
+    for name, rate in rates.items():
+        achieved = rate * flops / tokens
+        print(f"{name:>32}: {achieved / 1e9:7.1f} GFLOP/s, {achieved / peak:4.0%} of peak")
     every_batch = rates["ours"] / rates["ours, loss read every batch"]
     print(
         f"ours / ours, loss read every batch: {every_batch:.2f}x; "

@@ -1,5 +1,6 @@
-"""Shared pieces of the benchmarks: synthetic batches, side-by-side timing, and the peer a user
-would write with torch.nn.Transformer."""
+"""Shared pieces of the benchmarks: synthetic batches, side-by-side timing, the peer a user would
+write with torch.nn.Transformer, and the yardstick of a training step: the FLOPs it does and the
+machine's measured matrix-multiply peak."""
 
 from __future__ import annotations
 
@@ -141,6 +142,72 @@ def torch_transformer_steps(
         return sum(b.ntokens for b in batches)
 
     return run
+
+
+FLOP_FORMULA = """\
+FLOPs of a training step, counted from the sizes (matrix products only, 2 per multiply-add):
+  forward = 2 B x [ S N (2 d dqk + 2 d^2 + 2 d d_ff)      encoder: attention, feed-forward
+                  + T N (2 d dqk + 2 d^2 + 2 d d_ff)      decoder self-attention, feed-forward
+                  + T N (d dqk + d^2) + S N (d dqk + d^2)  source attention: q, o | k, v
+                  + T d V ]                                output projection
+          + 2 B N (S^2 + T^2 + T S) (dqk + d)              attention: q k^T, weights x v
+  step = 3 x forward (backward: 2 products for each product of the forward pass)
+B sentences, S and T their padded source and decoder-input lengths (padding counted, as the
+kernels compute it; the causal mask's hidden half too), d = d_model, dqk = h d_k (= d unless d_k
+is set), V the output vocabulary; embeddings, norms, softmax and Adam not counted."""
+
+
+def forward_flops(cfg: ModelConfig, vocab: int, batch: int, src_len: int, tgt_len: int) -> int:
+    """FLOPs of the matrix products of one forward pass (`FLOP_FORMULA`) over `batch` sentences
+    padded to `src_len` source and `tgt_len` target positions (the decoder's input), output
+    vocabulary `vocab`."""
+    d, d_ff, N = cfg.d_model, cfg.d_ff, cfg.N
+    dqk = cfg.h * cfg.d_k if cfg.d_k is not None else d
+    S, T = batch * src_len, batch * tgt_len  # the positions the encoder and the decoder run over
+    attention = 2 * dqk * d + 2 * d * d  # q, k: d x dqk; v, o: d x d, per position
+    ffn = 2 * d * d_ff
+    weights = S * N * (attention + ffn)  # encoder
+    weights += T * N * (attention + ffn)  # decoder: self-attention and feed-forward
+    weights += T * N * (dqk * d + d * d) + S * N * (dqk * d + d * d)  # source attention
+    weights += T * d * vocab  # output projection
+    lengths = src_len**2 + tgt_len**2 + tgt_len * src_len  # encoder, decoder, source attention
+    scores = 2 * batch * N * lengths * (dqk + d)  # q k^T and the weighted sum of v
+    return 2 * weights + scores
+
+
+def training_flops(cfg: ModelConfig, vocab: int, batches: list[Batch]) -> int:
+    "FLOPs of a training step on every batch of `batches`: 3 x `forward_flops` of each."
+    return sum(
+        3 * forward_flops(cfg, vocab, b.src.size(0), b.src.size(1), b.tgt.size(1)) for b in batches
+    )
+
+
+def matmul_rate(m: int, k: int, n: int, repeats: int = 5, seconds: float = 0.05) -> float:
+    """The best rate, in FLOP/s, of `torch.mm` of float32 (m, k) x (k, n) matrices on the CPU with
+    PyTorch's current thread count: `repeats` timings of as many products as take about `seconds`,
+    after a warm-up."""
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    out = torch.empty(m, n)
+    torch.mm(a, b, out=out)  # warm-up
+    start = time.perf_counter()
+    torch.mm(a, b, out=out)  # a first guess at the time of one
+    calls = max(1, round(seconds / max(time.perf_counter() - start, 1e-7)))
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            torch.mm(a, b, out=out)
+        best = min(best, (time.perf_counter() - start) / calls)
+    return 2 * m * k * n / best
+
+
+def matmul_peak(
+    shapes: list[tuple[int, int, int]], repeats: int = 5
+) -> tuple[float, dict[tuple[int, int, int], float]]:
+    """This machine's matrix-multiply peak in FLOP/s: the best of `matmul_rate` over `shapes`
+    ((m, k, n) each); also the rate of each shape."""
+    rates = {shape: matmul_rate(*shape, repeats=repeats) for shape in shapes}
+    return max(rates.values()), rates
 
 
 def profile_round(run, device: torch.device) -> None:

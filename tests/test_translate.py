@@ -275,10 +275,11 @@ def test_search_s_defaults_and_flags_are_declared_once() -> None:
     "What the command line builds its flags from: defaults, help, flag names; the paper's alpha."
     assert GREEDY == Search()
     assert (GREEDY.beam_size, GREEDY.alpha, GREEDY.nbest, GREEDY.max_extra) == (1, 0.6, 1, 50)
-    assert (GREEDY.allow_unk, GREEDY.batch_size) == (False, 128)
+    assert (GREEDY.allow_unk, GREEDY.batch_size, GREEDY.compile) == (False, 128, False)
     meta = {f.name: f.metadata for f in dataclasses.fields(Search)}
     flagged = {name for name, m in meta.items() if m["help"]}
-    assert flagged == {"beam_size", "alpha", "nbest", "allow_unk", "batch_size"}  # max_extra: none
+    flags = {"beam_size", "alpha", "nbest", "allow_unk", "batch_size", "compile"}
+    assert flagged == flags  # max_extra: none
     assert meta["beam_size"]["flag"] == "--beam" and meta["nbest"]["metavar"] == "K"
     assert "0.6" not in meta["alpha"]["help"]  # the number is the default's, in one place
     assert check_setting(Search, "alpha", 1.0) == 1.0

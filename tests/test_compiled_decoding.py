@@ -1,0 +1,152 @@
+"""The compiled decoder (`translate --compile`): a cache of fixed size, so that the step compiles
+once. What is checked: greedy and beam search give the tokens of the uncompiled decoder (and scores
+within float32 rounding), for a pre-norm and a post-norm model, with sentences of different lengths
+leaving the batch at different steps; the step compiles once for every position and every row
+count; the command line gives the same translations with and without --compile; where it cannot
+run (no C++ compiler, a recurrent model, a CTranslate2 folder) it is refused in one line.
+
+Each model compiles once, a few seconds to a minute on a CPU: the module builds two.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from annotated_transformer.config import ChoiceError, ModelConfig
+from annotated_transformer.decoding import beam_search, compiled_step, greedy_search
+from annotated_transformer.model import EncoderDecoder, StaticDecoderCache
+from annotated_transformer.translation import Search, Translator, check_compilable
+
+pytestmark = pytest.mark.skipif(
+    sys.platform == "win32", reason="inductor's C++ code for the CPU is built with g++ or clang++"
+)
+END = 2
+
+
+def ends_at_varied_lengths(config: ModelConfig, seed: int) -> EncoderDecoder:
+    "A random model whose outputs end after a few tokens, some sooner than others."
+    torch.manual_seed(seed)
+    model = config.build(40, 40).eval()
+    with torch.no_grad():
+        model.generator.proj.bias[END] += 2.0
+    return model
+
+
+def batch(seed: int, sentences: int = 9) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    "Sources of different lengths (pad 0), their masks and limits (length + 6, one of 1)."
+    torch.manual_seed(seed)
+    src = torch.randint(4, 40, (sentences, 11))
+    for i in range(sentences):
+        src[i, 3 + i % 8 :] = 0
+    mask = (src != 0).unsqueeze(-2)  # (B, 1, S)
+    limits = [int(n) + 6 for n in mask.sum(-1).flatten()]
+    limits[1] = 1  # no room after the start symbol
+    return src, mask, limits
+
+
+MODELS = {
+    "pre-norm": ModelConfig(N=2, d_model=32, d_ff=64, h=4, dropout=0.0, norm_first=True),
+    "post-norm, learned positions": ModelConfig(
+        N=2, d_model=32, d_ff=64, h=4, dropout=0.0, norm_first=False, positions="learned"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_compiled_searches_give_the_uncompiled_tokens(name: str) -> None:
+    model = ends_at_varied_lengths(MODELS[name], seed=1)
+    for seed in (0, 1):
+        src, mask, limits = batch(seed)
+        cached = greedy_search(model, src, mask, limits, 1, END)
+        compiled = greedy_search(model, src, mask, limits, 1, END, compiled=True)
+        assert [h.tokens for h in compiled] == [h.tokens for h in cached]
+        lengths = {len(h.tokens) for h in cached}
+        assert len(lengths) >= 3, lengths  # sentences leave the batch at different steps
+        for a, b in zip(compiled, cached):
+            assert abs(a.score - b.score) < 1e-4
+        cached = beam_search(model, src, mask, limits, 1, END, beam_size=3)
+        compiled = beam_search(model, src, mask, limits, 1, END, beam_size=3, compiled=True)
+        assert [[h.tokens for h in hs] for hs in compiled] == [
+            [h.tokens for h in hs] for hs in cached
+        ]
+        for hs, gs in zip(compiled, cached):
+            assert all(abs(h.score - g.score) < 1e-4 for h, g in zip(hs, gs))
+
+
+def test_the_step_compiles_once_for_each_room_whatever_the_position_and_rows() -> None:
+    torch.manual_seed(2)
+    model = MODELS["pre-norm"].build(40, 40).eval()  # untrained: it runs to its limits
+    torch._dynamo.reset()
+    compiled_step.cache_clear()
+    counters.clear()
+    for sentences in (9, 5, 3, 16):  # rows leave, beams reorder them, batches differ in size
+        src, mask, limits = batch(sentences, sentences)
+        greedy_search(model, src, mask, limits, 1, END, compiled=True)
+        beam_search(model, src, mask, limits, 1, END, beam_size=4, compiled=True)
+    assert max(limits) <= 32 and counters["stats"]["unique_graphs"] == 1  # a room of 32
+    greedy_search(model, src, mask, 40, 1, END, compiled=True)  # 39 positions: a room of 64
+    assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])
+
+
+def test_the_static_cache_pads_the_source_and_doubles_its_room() -> None:
+    model = MODELS["pre-norm"].build(40, 40).eval()
+    memory, mask = torch.randn(3, 11, 32), torch.ones(3, 1, 11, dtype=torch.bool)
+    cache = StaticDecoderCache(model, memory, mask, beams=2)
+    assert (cache.room, cache.rows, cache.src_mask.shape) == (32, 6, (6, 1, 1, 32))
+    assert not cache.src_mask[..., 11:].any() and cache.src_mask[..., :11].all()
+    keys = cache.layers[0].keys.normal_().clone()
+    cache.grow()
+    grown = cache.layers[0].keys  # (6, h, 64, d_k): the positions kept, then zeros
+    assert cache.room == 64 and torch.equal(grown[:, :, :32], keys) and not grown[:, :, 32:].any()
+
+
+def test_compile_is_refused_in_one_line_where_it_cannot_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from annotated_transformer.recurrent import RecurrentConfig
+
+    model = MODELS["pre-norm"].build(40, 40).eval()
+    check_compilable(model)  # here: a Transformer, and a compiler
+    lstm = RecurrentConfig(d_emb=16, d_hidden=16).build(40, 40)
+    with pytest.raises(ChoiceError, match="compiles a Transformer's decoder, not Recurrent"):
+        check_compilable(lstm)
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    monkeypatch.delenv("CXX", raising=False)
+    with pytest.raises(ChoiceError, match=r"needs a C\+\+ compiler \(g\+\+, clang\+\+ or \$CXX\)"):
+        check_compilable(model)
+
+
+def test_translate_compile_gives_the_same_translations(tiny_checkpoint: Path) -> None:
+    sentences = ["Ein Hund läuft.", "Zwei Männer spielen Fußball im Park.", "Eine Frau."]
+    plain = Translator.from_checkpoint(tiny_checkpoint)
+    for search in (Search(), Search(beam_size=4)):
+        fast = plain.translate(sentences, dataclasses.replace(search, compile=True))
+        assert fast == plain.translate(sentences, search)
+    command = [sys.executable, "-m", "annotated_transformer.cli", "translate"]
+    command += ["--checkpoint", str(tiny_checkpoint)]
+    runs = [
+        subprocess.run([*command, *flags, *sentences], capture_output=True, text=True, timeout=600)
+        for flags in ([], ["--compile"])
+    ]
+    assert all(r.returncode == 0 for r in runs), runs[1].stderr[-2000:]
+    assert runs[1].stdout == runs[0].stdout and len(runs[0].stdout.splitlines()) == 3
+
+
+def test_ctranslate2_refuses_compile(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    pytest.importorskip("ctranslate2")
+    from annotated_transformer.engines import ExportedTranslator, export_model
+    from annotated_transformer.checkpoint import load_checkpoint
+
+    folder = export_model(load_checkpoint(tiny_checkpoint), tmp_path / "ct2")
+    engine = ExportedTranslator.from_dir(folder)
+    with pytest.raises(ChoiceError, match="CTranslate2's is compiled already"):
+        engine.translate(["Ein Hund."], Search(compile=True))
+    assert os.path.isdir(folder)
