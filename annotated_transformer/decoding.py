@@ -407,9 +407,9 @@ def _decode_step(model: EncoderDecoder, y: Tensor, cache: StaticDecoderCache) ->
 
 @functools.cache
 def compiled_step() -> Callable[[EncoderDecoder, Tensor, StaticDecoderCache], Tensor]:
-    """`_decode_step` compiled by inductor, weights frozen into the code: one per process, compiled
-    again only for another model, room or padded source length (never for the position or the
-    number of rows)."""
+    """`_decode_step` compiled by inductor (its `freezing` option on, as measured): one per process,
+    compiled again only for another model's shapes, a room or a padded source length (never for the
+    position or the number of rows); the weights stay inputs, so a change to them is seen."""
     return torch.compile(_decode_step, dynamic=False, options={"freezing": True})
 
 

@@ -1,12 +1,12 @@
 """The compiled decoder (`translate --compile`): a cache of fixed size, so that the step compiles
 once. What is checked: greedy and beam search give the tokens of the uncompiled decoder (and scores
 within float32 rounding), for a pre-norm and a post-norm model, with sentences of different lengths
-leaving the batch at different steps; the step compiles once for every position and every row
-count; the command line gives the same translations with and without --compile; where it cannot
-run (no C++ compiler, a recurrent model, a CTranslate2 folder) it is refused in one line.
+leaving the batch at different steps, and after the weights change in place; the step compiles
+once for every position and row count (once more when its room doubles); the command line gives
+the same translations with and without --compile; where it cannot run (no C++ compiler, a
+recurrent model, a CTranslate2 folder) it is refused in one line.
 
-Each model compiles once, a few seconds to a minute on a CPU: the module builds two.
-"""
+Each model compiles once, a few seconds to a minute on a CPU."""
 
 from __future__ import annotations
 
@@ -94,6 +94,21 @@ def test_the_step_compiles_once_for_each_room_whatever_the_position_and_rows() -
     assert max(limits) <= 32 and counters["stats"]["unique_graphs"] == 1  # a room of 32
     greedy_search(model, src, mask, 40, 1, END, compiled=True)  # 39 positions: a room of 64
     assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])
+
+
+def test_a_change_to_the_weights_is_seen_by_the_compiled_step() -> None:
+    "The weights are the compiled code's inputs, not constants: loading others takes effect."
+    model = ends_at_varied_lengths(MODELS["pre-norm"], seed=3)
+    src, mask, limits = batch(3)
+    before = greedy_search(model, src, mask, limits, 1, END, compiled=True)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p))
+    cached = greedy_search(model, src, mask, limits, 1, END)
+    compiled = greedy_search(model, src, mask, limits, 1, END, compiled=True)
+    assert [h.score for h in compiled] != [h.score for h in before]
+    assert [h.tokens for h in compiled] == [h.tokens for h in cached]
+    assert all(abs(a.score - b.score) < 1e-4 for a, b in zip(compiled, cached))
 
 
 def test_the_static_cache_pads_the_source_and_doubles_its_room() -> None:
