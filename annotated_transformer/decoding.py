@@ -413,12 +413,17 @@ def compiled_step() -> Callable[[EncoderDecoder, Tensor, StaticDecoderCache], Te
     return torch.compile(_decode_step, dynamic=False, options={"freezing": True})
 
 
-def _rows_vary(y: Tensor, cache: StaticDecoderCache) -> None:
-    """Tell the compiler that the rows (the first dimension) of the step's tensors vary: one code
-    for every row count (from 2: it specializes 0 and 1, hence the cache's 2 rows or more)."""
-    sources = [x for pair in cache.sources for x in pair]
-    for x in [y, cache.src_mask, *sources, *[x for c in cache.layers for x in (c.keys, c.values)]]:
+def _rows_vary(*tensors: Tensor) -> None:
+    """Tell the compiler that the rows (the first dimension) of these tensors vary: one code for
+    every row count (from 2: it specializes 0 and 1, hence the cache's 2 rows or more)."""
+    for x in tensors:
         torch._dynamo.mark_dynamic(x, 0)
+
+
+def _cache_tensors(cache: StaticDecoderCache) -> list[Tensor]:
+    "The tensors of the cache the step reads: marked again whenever they are new."
+    sources = [x for pair in cache.sources for x in pair]
+    return [cache.src_mask, *sources, *[x for c in cache.layers for x in (c.keys, c.values)]]
 
 # %% ../nbs/19_engines.ipynb #65a2fa46
 class CompiledDecoder:
@@ -430,14 +435,16 @@ class CompiledDecoder:
             raise ValueError("CompiledDecoder computes without dropout: call model.eval() first")
         self.model, self.cache = model, StaticDecoderCache(model, memory, src_mask, beams)
         self.t = 0  # the position of the next step, as the cache's tensor holds it
+        _rows_vary(*_cache_tensors(self.cache))
 
     def step(self, y: Tensor) -> Tensor:
         "Newest tokens (B',) -> log-probabilities of the next token (B', V)."
         if self.t == self.cache.room:  # full: a room twice the size, compiled once more
             self.cache.grow()
+            _rows_vary(*_cache_tensors(self.cache))
         self.t += 1
         ys = y.repeat(2) if len(y) < self.cache.rows else y  # (R,): a lone row's copy too
-        _rows_vary(ys, self.cache)
+        _rows_vary(ys)
         logp = compiled_step()(self.model, ys, self.cache)  # (R, V)
         self.cache.t += 1  # in place: the tensor every layer's cache reads
         return logp[: len(y)]
@@ -445,3 +452,4 @@ class CompiledDecoder:
     def select(self, rows: Tensor) -> None:
         "Keep these rows (B',), in this order: K at a time, each group from one sentence."
         self.cache.select(rows)
+        _rows_vary(*_cache_tensors(self.cache))  # views of the rows kept: new tensors

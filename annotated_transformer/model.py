@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 # %% auto #0
-__all__ = ['EncoderDecoder', 'Generator', 'clones', 'SublayerConnection', 'EncoderLayer', 'Encoder', 'DecoderLayer', 'Decoder', 'subsequent_mask', 'check_mask', 'attention', 'split_heads', 'merge_heads', 'attend', 'MultiHeadedAttention', 'PositionwiseFeedForward', 'check_ids', 'Embeddings', 'PositionalEncoding', 'init_weights', 'make_model', 'tie_embeddings', 'ModelConfig', 'count_parameters', 'KINDS', 'attention_modules', 'attach_weight_hooks', 'attention_weights', 'MAX_SIZES', 'check_sizes', 'check_hyperparameters', 'KVCache', 'patch_to', 'DecoderCache', 'move_rows', 'StaticKVCache', 'round_up', 'StaticDecoderCache']
+__all__ = ['EncoderDecoder', 'Generator', 'clones', 'SublayerConnection', 'EncoderLayer', 'Encoder', 'DecoderLayer', 'Decoder', 'subsequent_mask', 'check_mask', 'attention', 'split_heads', 'merge_heads', 'attend', 'MultiHeadedAttention', 'PositionwiseFeedForward', 'check_ids', 'Embeddings', 'PositionalEncoding', 'init_weights', 'make_model', 'tie_embeddings', 'ModelConfig', 'count_parameters', 'KINDS', 'attention_modules', 'attach_weight_hooks', 'attention_weights', 'MAX_SIZES', 'check_sizes', 'check_hyperparameters', 'move_rows', 'KVCache', 'patch_to', 'DecoderCache', 'StaticKVCache', 'round_up', 'StaticDecoderCache']
 
 # %% ../nbs/01_model.ipynb #b9d2953d
 class EncoderDecoder(nn.Module):
@@ -520,6 +520,14 @@ def check_hyperparameters(
             f"positions must be 'sinusoidal' or 'learned', got positions={positions!r}"
         )
 
+# %% ../nbs/19_engines.ipynb #679e3618
+def move_rows(x: Tensor, rows: Tensor) -> Tensor:
+    """x (R, ...) with row i taken from row rows[i] (B' <= R of them), in place, copying only the
+    rows that change; return its first B' rows (a view: the rest of the room stays allocated)."""
+    moved = (rows != torch.arange(len(rows), device=rows.device)).nonzero().squeeze(1)
+    x.index_copy_(0, moved, x.index_select(0, rows[moved]))  # x may be a view: it writes through
+    return x[: len(rows)]
+
 # %% ../nbs/19_engines.ipynb #f9666445
 class KVCache:
     """One self-attention layer's keys and values of the positions decoded so far, in room
@@ -546,10 +554,8 @@ class KVCache:
             return
         # as many rows: copy only those that take another row's place (in beam search, a beam
         # that extends itself stays in its row)
-        moved = (rows != torch.arange(len(rows), device=rows.device)).nonzero().squeeze(1)
         for cache in (self.keys, self.values):
-            filled = cache[:, :, : self.t]  # a view: index_copy_ writes into the cache
-            filled.index_copy_(0, moved, filled.index_select(0, rows[moved]))
+            move_rows(cache[:, :, : self.t], rows)  # a view: it writes into the cache
 
 # %% ../nbs/19_engines.ipynb #15643bb3
 from collections.abc import Callable
@@ -690,14 +696,6 @@ def norm_first(self) -> bool:
 def encodings(self) -> Tensor:
     "The positional table (max_len, D): row t is position t's encoding, sinusoidal or learned."
     return self.pe[0]
-
-# %% ../nbs/19_engines.ipynb #679e3618
-def move_rows(x: Tensor, rows: Tensor) -> Tensor:
-    """x (R, ...) with row i taken from row rows[i] (B' <= R of them), in place, copying only the
-    rows that change; return its first B' rows (a view: the rest of the room stays allocated)."""
-    moved = (rows != torch.arange(len(rows), device=rows.device)).nonzero().squeeze(1)
-    x.index_copy_(0, moved, x.index_select(0, rows[moved]))  # x may be a view: it writes through
-    return x[: len(rows)]
 
 # %% ../nbs/19_engines.ipynb #4ac648b3
 class StaticKVCache:
