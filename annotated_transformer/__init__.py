@@ -17,6 +17,7 @@ make_model, Translator, train`.
 - `annotated_transformer.data` (data): `load_multi30k`, `read_parallel`, `Tokenizer`, `SpacyTokenizer`, `Vocab`
 - `annotated_transformer.subwords` (subwords): `SubwordTokenizer`, `shared_vocab`, `learn_bpe`, `apply_bpe`
 - `annotated_transformer.checkpoint` (checkpoints): `RunCheckpoint`, `save_checkpoint`, `load_checkpoint`, `average_last`
+- `annotated_transformer.hub` (to and from the Hugging Face Hub): `load_pretrained`, `save_transformers`, `to_transformers`, `from_transformers`
 - `annotated_transformer.translation` (from a model to translations; its internals in fast decoding; the parser in parsing): `Translator`, `Search`, `bleu`, `AttentionMaps`, `Parser`
 - `annotated_transformer.engines` (fast decoding, and serving with CTranslate2): `export_model`, `ExportedTranslator`, `is_exported`
 - `annotated_transformer.distributed` (many GPUs): `setup_distributed`, `wrap_for_training`, `model_flops_utilization`
@@ -34,6 +35,7 @@ Modules:
 - `annotated_transformer.data`: Multi30k from the raw files (download, cache and verify) or your own line-aligned files; corpora, where pairs of sequences come from, behind one small interface; tokenizers for words; vocabularies; sentences as ids.
 - `annotated_transformer.decoding`: Section 6.1 of "Attention Is All You Need": greedy decoding, why it is not enough, the length penalty and beam search, each written to be read and checked.
 - `annotated_transformer.engines`: Translation made fast: our own decoder with a key/value cache and batched greedy and beam search; then the model written as a CTranslate2 model folder (with int8 weights if asked), served by the same command line and Python interface, and the two engines measured against each other.
+- `annotated_transformer.hub`: Our models written as Marian or Pegasus models that `transformers` loads, exactly, with their tokenizer and a model card; and the OPUS-MT models of the Hub read into our own model, translated with our searches and drawn with our attention maps.
 - `annotated_transformer.runs`: A training run's folder: one writer at a time, no run replaced before its successor can start, no file written through a link, and files written so that an interruption never leaves a half-written one behind, nor debris that the next start does not clean.
 - `annotated_transformer.trainer`: The engine behind the training chapters of Part I: the epoch at scale, the label-smoothed loss without its log-probabilities, and the trainer's steps from sentence pairs to a checkpoint per epoch.
 - `annotated_transformer.translation`: Text in, text out: how to search, BLEU defined and computed, and a `Translator` that holds a trained model with its vocabularies and tokenizers, translates sentences and scores them.

@@ -182,3 +182,64 @@ def show_result(name: str, run: str, last: int | None = None, root: Path = ROOT)
     lines = (Path(root) / "results" / name).read_text().splitlines()
     print(f"results/{name}, from {run}:")
     print("\n".join(lines[-last:] if last else lines))
+
+
+OPUS_VOCAB = 58_101  # Helsinki-NLP/opus-mt-de-en's: </s> is id 0, the padding token the last
+
+
+def _opus_tokenizer(out: Path, pairs: list[tuple[str, str]]) -> None:
+    "A MarianTokenizer in `out`: a sentencepiece model per language, one vocabulary of both."
+    import io
+
+    import sentencepiece as spm
+    from transformers import MarianTokenizer
+
+    pieces = {}
+    for name, side in (("source.spm", 0), ("target.spm", 1)):
+        model = io.BytesIO()
+        texts = iter(pair[side] for pair in pairs)
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=texts, model_writer=model, vocab_size=500, hard_vocab_limit=False,
+            minloglevel=2,
+        )  # fmt: skip
+        (out / name).write_bytes(model.getvalue())
+        p = spm.SentencePieceProcessor(model_proto=model.getvalue())
+        pieces |= dict.fromkeys(p.id_to_piece(i) for i in range(3, p.get_piece_size()))
+    tokens = ["</s>", "<unk>", *pieces]
+    tokens += [f"<unused{i}>" for i in range(OPUS_VOCAB - 1 - len(tokens))] + ["<pad>"]
+    (out / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
+    files = [str(out / n) for n in ("source.spm", "target.spm", "vocab.json")]
+    MarianTokenizer(*files, source_lang="de", target_lang="en").save_pretrained(out)
+
+
+def opus_like_folder(
+    out: Path,
+    pairs: list[tuple[str, str]],  # German-English text for the two sentencepiece models
+    d_model: int = 64,  # OPUS-MT's are 512 wide and 6 layers deep: small here, the rest alike
+    layers: int = 2,
+    seed: int = 0,
+) -> Path:
+    """A folder shaped like the Hub's Helsinki-NLP/opus-mt-de-en, written by transformers: its
+    configuration (its vocabulary's size, </s> id 0, the padding token the decoder's start, swish),
+    its generation settings, a MarianTokenizer learned from `pairs`, and random weights."""
+    import torch
+    from transformers import GenerationConfig, MarianConfig, MarianMTModel
+
+    out.mkdir(parents=True, exist_ok=True)
+    _opus_tokenizer(out, pairs)
+    pad, sizes = OPUS_VOCAB - 1, dict(encoder_layers=layers, decoder_layers=layers)
+    sizes |= dict(encoder_attention_heads=4, decoder_attention_heads=4, d_model=d_model)
+    sizes |= dict(encoder_ffn_dim=4 * d_model, decoder_ffn_dim=4 * d_model)
+    ids = dict(pad_token_id=pad, decoder_start_token_id=pad, eos_token_id=0, bos_token_id=None)
+    config = MarianConfig(
+        vocab_size=OPUS_VOCAB, decoder_vocab_size=OPUS_VOCAB, activation_function="swish",
+        max_position_embeddings=512, scale_embedding=True, share_encoder_decoder_embeddings=True,
+        dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, **ids, **sizes,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = MarianMTModel(config)
+    model.generation_config = GenerationConfig(
+        **ids, bad_words_ids=[[pad]], forced_eos_token_id=0, num_beams=4, max_length=512
+    )
+    model.save_pretrained(out)
+    return out

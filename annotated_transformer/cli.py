@@ -32,8 +32,9 @@ from annotated_transformer.checkpoint import average_last, load_checkpoint
 from annotated_transformer.config import ChoiceError, Choices, RuntimeOptions, TrainConfig
 from annotated_transformer.config import check_setting
 from annotated_transformer.data import ParallelFiles, not_a_file, open_corpus, split_pairs
-from annotated_transformer.engines import ENGINES, QUANTIZATIONS, check_loading, check_out
-from annotated_transformer.engines import export_model, load_translator
+from annotated_transformer.engines import ENGINES, FORMATS, QUANTIZATIONS, check_export
+from annotated_transformer.engines import check_loading, export_model, load_translator
+from annotated_transformer.hub import pretrained_name
 from annotated_transformer.model import EncoderDecoder
 from annotated_transformer.trainer import resolve_run_config, train
 from annotated_transformer.translation import PARSING, Parser, Search, SentenceError, Translating
@@ -61,6 +62,8 @@ annotated-transformer translate --checkpoint runs/multi30k/last.pt --beam 4 --nb
 annotated-transformer translate --checkpoint runs/multi30k-ct2 < input.de  # written by export
 annotated-transformer export --checkpoint runs/multi30k/last.pt --out runs/multi30k-int8 \\
     --quantization int8 --average-last 5
+annotated-transformer export --checkpoint runs/subwords/last.pt --out runs/hf --format transformers
+annotated-transformer translate --checkpoint hf:Helsinki-NLP/opus-mt-de-en "Zwei Hunde spielen."
 annotated-transformer train --out runs/parser --corpus treebank --model small --max-tokens 1024 \\
     --warmup 1000 --dropout 0.2 --epochs 40                     # §6.3: sentences to trees
 echo "The cat sat on the mat ." | annotated-transformer parse --checkpoint runs/parser/last.pt
@@ -121,7 +124,7 @@ OWN_FLAGS = [  # the command line's own flags, which no record holds: (commands,
     ("train", "--config", Path, "a file of TrainConfig's settings (.json or .toml; flags win)"),
     *[("train", "--" + n.replace("_", "-"), Path, f"your {n} file (all four)") for n in OWN_DATA],
     ("train evaluate", "--data-dir", Path, "the corpus's folder (default: its own; $MULTI30K_DIR)"),
-    ("evaluate translate export parse", "--checkpoint", Path, "OUT/last.pt of train, or an export"),
+    ("evaluate translate export parse", "--checkpoint", Path, "OUT/last.pt, an export, or hf:NAME"),
     ("evaluate translate", "--engine", ENGINES, "what decodes a checkpoint (default pytorch)"),
     ("evaluate translate export", "--average-last", int, "average the last K epochs' weights"),
     ("evaluate", "--split", str, "a split of the checkpoint's corpus (default: its test split)"),
@@ -133,10 +136,12 @@ OWN_FLAGS = [  # the command line's own flags, which no record holds: (commands,
     ("parse", "--pretty", bool, "draw each tree over several lines (default: one line each)"),
     ("translate", "--attention", Path, "save each sentence's attention maps to this .png"),
     ("translate", "--layer", int, "the layer whose attention --attention draws (default: last)"),
+    ("export", "--format", FORMATS, "what to write (default ctranslate2; transformers: the Hub's)"),
     ("export", "--quantization", QUANTIZATIONS, "how the weights are stored (default float32)"),
     ("train evaluate translate export parse", "--debug", bool, "on an error, show the traceback"),
 ]  # fmt: skip
 REQUIRED, DEFAULTS = ("--out", "--checkpoint"), {"buffer_size": 100, "quantization": "float32"}
+DEFAULTS |= {"format": "ctranslate2"}
 TOGETHER = (OWN_DATA, ("src", "ref"))  # all of a group or none
 APART = (("train_src", "data_dir"), ("src", "split"))  # not both: your own data, or a corpus's
 INPUTS, OUTPUTS = ("config", *OWN_DATA, "src", "ref"), ("output",)  # files to read, to write
@@ -197,6 +202,8 @@ def _load(args: argparse.Namespace) -> Translating:
 
 def _evaluate(args: argparse.Namespace) -> None:
     search = Search(**given(args, Search))
+    if args.src is None and pretrained_name(args.checkpoint) is not None:
+        raise ChoiceError(f"{args.checkpoint} has no corpus of its own: give --src and --ref")
     translator = _load(args)
     sources, references, name = args.src, args.ref, None
     if args.src is None:  # a split of the run's corpus, in its languages
@@ -213,12 +220,11 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _export(args: argparse.Namespace) -> None:
-    path, k, limit = args.checkpoint, args.average_last, _max_parameters(args)
-    check_out(args.out, args.overwrite)  # what cannot be done, before anything loads
-    check_loading(path, k, "ctranslate2", max_parameters=limit)
+    path, k, limit, how = args.checkpoint, args.average_last, _max_parameters(args), args.format
+    check_export(path, args.out, args.overwrite, how, args.quantization, k, limit)
     ckpt = average_last(path, k, max_parameters=limit) if k else load_checkpoint(path, limit)
-    out = export_model(ckpt, args.out, args.quantization, args.overwrite)
-    print(f"{out}: a CTranslate2 model ({args.quantization}); how to use it: {out / 'README.md'}")
+    out = export_model(ckpt, args.out, args.quantization, args.overwrite, how)
+    print(f"{out}: a model for {how} ({args.quantization}); how to use it: {out / 'README.md'}")
 
 
 def _stdin_lines() -> Iterator[str]:
@@ -381,7 +387,7 @@ COMMANDS = {  # name: (what it does, what runs it, the records whose fields are 
     "train": ("train, a checkpoint per epoch", _train, (Choices, TrainConfig, RuntimeOptions)),
     "evaluate": ("BLEU of a checkpoint on a test split or your files", _evaluate, (Search,)),
     "translate": ("translate sentences (arguments or stdin)", _translate, (Search,)),
-    "export": ("write a checkpoint's Transformer as a CTranslate2 model folder", _export, ()),
+    "export": ("write a checkpoint's Transformer for CTranslate2 or transformers", _export, ()),
     "parse": ("parse sentences into trees: beam 21, alpha 0.3 unless flags say", _parse, (Search,)),
 }
 

@@ -545,6 +545,8 @@ def _check_vocabulary(tokens: Sequence[str]) -> None:
 class _TokenIds:
     "Token <-> id mapping with the special tokens <s>, </s>, <blank> (padding) and <unk> first."
 
+    never: tuple[int, ...] = ()  # ids no search may output (a pretrained model's own: hub)
+
     def __init__(self, tokens: Sequence[str]):
         _check_vocabulary(tokens)
         self.itos = list(tokens)

@@ -38,12 +38,13 @@ if TYPE_CHECKING:  # imported on first use: loading the package needs neither
     import ctranslate2
 
 # %% auto #0
-__all__ = ['TINY_PENALTY', 'QUANTIZATIONS', 'INFO_FILE', 'SUBWORD_FILE', 'VOCABULARY_FILES', 'EXPORT_FILES', 'README',
-           'WORD_SNIPPET', 'SUBWORD_SNIPPET', 'VOCABULARY_BYTES', 'INFO_FIELDS', 'CT2_CONFIG', 'SUBWORD_BYTES',
-           'MODEL_BINARY_VERSION', 'ITEM_BYTES', 'MAX_VARIABLES', 'ENGINES', 'import_ctranslate2', 'NotExportable',
-           'check_exportable', 'to_spec', 'search_options', 'is_exported', 'open_plain', 'read_json', 'recover_export',
-           'exported_files', 'check_out', 'readme', 'bad_token', 'export_model', 'ExportedModel', 'model_shapes',
-           'ExportedTranslator', 'engine_of', 'check_loading', 'load_translator']
+__all__ = ['TINY_PENALTY', 'QUANTIZATIONS', 'INFO_FILE', 'SUBWORD_FILE', 'VOCABULARY_FILES', 'EXPORT_FILES', 'TRANSFORMERS_FILES',
+           'FORMATS', 'ALL_EXPORT_FILES', 'README', 'WORD_SNIPPET', 'SUBWORD_SNIPPET', 'VOCABULARY_BYTES',
+           'INFO_FIELDS', 'CT2_CONFIG', 'SUBWORD_BYTES', 'MODEL_BINARY_VERSION', 'ITEM_BYTES', 'MAX_VARIABLES',
+           'ENGINES', 'import_ctranslate2', 'NotExportable', 'check_exportable', 'check_format', 'to_spec',
+           'search_options', 'export_format', 'is_exported', 'open_plain', 'read_json', 'recover_export',
+           'exported_files', 'check_out', 'readme', 'bad_token', 'export_model', 'check_export', 'ExportedModel',
+           'model_shapes', 'ExportedTranslator', 'engine_of', 'check_loading', 'load_translator']
 
 # %% ../nbs/19_engines.ipynb #2f042131
 def import_ctranslate2():
@@ -69,6 +70,20 @@ def check_exportable(config: TrainConfig) -> None:
             f"a {arch_of(config.model)} model cannot be exported: CTranslate2 runs the "
             f"Transformer only (translate it with PyTorch)"
         )
+
+
+def check_format(format: str, quantization: str) -> None:
+    "Refuse in one line, before anything is read, a format or quantization export cannot write."
+    if format not in FORMATS:
+        raise ChoiceError(f"format {format!r}: choose {', '.join(FORMATS)}")
+    if quantization not in QUANTIZATIONS:
+        raise ChoiceError(f"quantization {quantization!r}: choose {', '.join(QUANTIZATIONS)}")
+    if format == "transformers" and quantization != "float32":
+        raise ChoiceError("--quantization is CTranslate2's: --format transformers writes float32")
+    if format == "transformers":
+        import_transformers()
+    else:
+        import_ctranslate2()
 
 # %% ../nbs/19_engines.ipynb #56adcee6
 def _np(t: Tensor) -> np.ndarray:
@@ -229,6 +244,13 @@ from tqdm import tqdm
 
 from . import __version__
 from .config import MAX_PARAMETERS
+from annotated_transformer.hub import (
+    check_pretrained,
+    check_transformers_exportable,
+    import_transformers,
+    pretrained_name,
+    save_transformers,
+)
 from .subwords import SubwordTokenizer
 
 try:
@@ -242,6 +264,11 @@ INFO_FILE = "annotated_transformer.json"  # beside CTranslate2's files: what thi
 SUBWORD_FILE = "subwords.model"  # a subword run's sentencepiece model
 VOCABULARY_FILES = ("shared_vocabulary.json", "source_vocabulary.json", "target_vocabulary.json")
 EXPORT_FILES = ("model.bin", "config.json", *VOCABULARY_FILES, SUBWORD_FILE, INFO_FILE, "README.md")
+# what export --format transformers writes (save_pretrained's files), with INFO_FILE and README.md
+TRANSFORMERS_FILES = ("model.safetensors", "generation_config.json", "tokenizer.json")
+TRANSFORMERS_FILES += ("tokenizer_config.json", "special_tokens_map.json")
+FORMATS = ("ctranslate2", "transformers")  # what export writes
+ALL_EXPORT_FILES = {*EXPORT_FILES, *TRANSFORMERS_FILES}  # what --overwrite may replace
 
 
 def _present(path: Path) -> bool:
@@ -249,11 +276,18 @@ def _present(path: Path) -> bool:
     return path.is_symlink() or (path.exists() and not path.is_dir())
 
 
-def is_exported(path: str | Path) -> bool:
-    "Is `path` a model folder that `export_model` wrote (or that claims to be)?"
+def export_format(path: str | Path) -> str | None:
+    "The format of the model folder `export_model` wrote at `path` (or that claims to be), or None."
     path = Path(path)
-    names = ("model.bin", "config.json", INFO_FILE)
-    return path.is_dir() and all(_present(path / name) for name in names)
+    for format, model in (("ctranslate2", "model.bin"), ("transformers", "model.safetensors")):
+        if path.is_dir() and all(_present(path / n) for n in (model, "config.json", INFO_FILE)):
+            return format
+    return None
+
+
+def is_exported(path: str | Path) -> bool:
+    "Is `path` a CTranslate2 model folder that `export_model` wrote (or that claims to be)?"
+    return export_format(path) == "ctranslate2"
 
 # %% ../nbs/19_engines.ipynb #5eec63f4
 def _kind(mode: int) -> str | None:
@@ -308,7 +342,7 @@ def _left_by_export(folder: Path) -> bool:
     if folder.is_symlink() or not folder.is_dir():
         return False
     names = os.listdir(folder)
-    if not set(names) <= set(EXPORT_FILES) or not all((folder / n).is_file() for n in names):
+    if not set(names) <= ALL_EXPORT_FILES or not all((folder / n).is_file() for n in names):
         return False
     fd = os.open(folder, os.O_RDONLY)
     try:
@@ -337,7 +371,7 @@ def recover_export(out: str | Path) -> None:
         return
     for left in _debris(out):
         missing = not (out.exists() or out.is_symlink())
-        if left.suffix == ".old" and missing and is_exported(left):
+        if left.suffix == ".old" and missing and export_format(left):
             os.rename(left, out)  # the previous model, whole
         else:
             shutil.rmtree(left)
@@ -349,7 +383,7 @@ def exported_files(out: Path) -> list[str]:
     listed = info.get("files", EXPORT_FILES) if isinstance(info, dict) else None
     if not isinstance(listed, list | tuple) or not all(isinstance(n, str) for n in listed):
         raise ValueError(f"{out / INFO_FILE}: field 'files' is not a list of file names")
-    return [name for name in listed if name in EXPORT_FILES]
+    return [name for name in listed if name in ALL_EXPORT_FILES]
 
 # %% ../nbs/19_engines.ipynb #e8931d0e
 def check_out(out: str | Path, overwrite: bool) -> None:
@@ -363,7 +397,7 @@ def check_out(out: str | Path, overwrite: bool) -> None:
         raise ChoiceError(
             f"{out} exists: choose another folder, or --overwrite to replace the model in it"
         )
-    if out.is_symlink() or not is_exported(out):
+    if out.is_symlink() or not export_format(out):
         raise ChoiceError(
             f"{out} is not a model folder written by export: --overwrite replaces only those"
         )
@@ -477,27 +511,45 @@ def export_model(
     out: str | Path,  # the folder to write; it must not exist unless `overwrite`
     quantization: str = "float32",  # or "int8": weights stored as 8-bit integers
     overwrite: bool = False,  # replace a model folder that export wrote before
+    format: str = "ctranslate2",  # or "transformers": a folder transformers loads (below)
 ) -> Path:
-    "Write the checkpoint's model as a CTranslate2 model folder, with its tokenizer and a README."
-    if quantization not in QUANTIZATIONS:
-        raise ChoiceError(f"quantization {quantization!r}: choose {', '.join(QUANTIZATIONS)}")
-    check_exportable(ckpt.config)
+    "Write the checkpoint's model as a CTranslate2 (or transformers) folder, with a README."
+    check_format(format, quantization)
+    if format == "transformers":
+        check_transformers_exportable(ckpt)
+    else:
+        check_exportable(ckpt.config)
     out = Path(out)
     _check_tokens(ckpt, out)
     check_out(out, overwrite)
-    model = ckpt.build_model()
-    spec = to_spec(model, ckpt.src_vocab, ckpt.tgt_vocab)
-    spec.optimize(quantization=quantization)  # stores equal (tied) arrays once, quantizes
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex}.tmp")  # beside it: renamed at the end
     try:
         tmp.mkdir()
         with _held(tmp):  # not debris to another export's `recover_export`
-            _write_folder(tmp, spec, ckpt, model, quantization, out.name)
+            _write_folder(tmp, ckpt, quantization, out.name, format)
             _replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # still there only if something failed
     return out
+
+# %% ../nbs/19_engines.ipynb #cd6a4f6d
+def check_export(
+    checkpoint: str | Path,  # what export reads: a run's checkpoint
+    out: str | Path,
+    overwrite: bool = False,
+    format: str = "ctranslate2",
+    quantization: str = "float32",
+    average_last: int | None = None,
+    max_parameters: int = MAX_PARAMETERS,
+) -> None:
+    "Refuse, before anything is read or written, an export that `export_model` could not do."
+    check_format(format, quantization)
+    check_out(out, overwrite)
+    if pretrained_name(checkpoint) is not None:
+        raise ChoiceError(f"export writes a run's checkpoint; {checkpoint} is a model to load")
+    engine = "ctranslate2" if format == "ctranslate2" else None
+    check_loading(checkpoint, average_last, engine, max_parameters)
 
 # %% ../nbs/19_engines.ipynb #32173cdd
 def _check_tokens(ckpt: RunCheckpoint, out: Path) -> None:
@@ -509,15 +561,26 @@ def _check_tokens(ckpt: RunCheckpoint, out: Path) -> None:
                 f"{vocab.itos[i]!r:.40}, not text UTF-8 can write"
             )
 
-
-def _write_folder(
-    tmp: Path, spec, ckpt: RunCheckpoint, model: EncoderDecoder, quantization: str, name: str
-) -> None:
-    "The folder's files, in `tmp`; INFO_FILE lists them all (what --overwrite may replace)."
+# %% ../nbs/19_engines.ipynb #2bdecd8c
+def _write_ctranslate2(tmp: Path, ckpt: RunCheckpoint, quantization: str, name: str) -> None:
+    "The CTranslate2 model, its subword model if any, and a README, in `tmp`."
+    spec = to_spec(ckpt.build_model(), ckpt.src_vocab, ckpt.tgt_vocab)
+    spec.optimize(quantization=quantization)  # stores equal (tied) arrays once, quantizes
     spec.save(str(tmp))
     if ckpt.tokenizer is not None:
         (tmp / SUBWORD_FILE).write_bytes(ckpt.tokenizer.model)
     (tmp / "README.md").write_text(readme(ckpt, name, quantization), encoding="utf-8")
+
+
+def _write_folder(
+    tmp: Path, ckpt: RunCheckpoint, quantization: str, name: str, format: str
+) -> None:
+    "The folder's files, in `tmp`; INFO_FILE lists them all (what --overwrite may replace)."
+    if format == "transformers":
+        save_transformers(ckpt, tmp, name)
+    else:
+        _write_ctranslate2(tmp, ckpt, quantization, name)
+    model = ckpt.build_model()
     files = sorted([*os.listdir(tmp), INFO_FILE])
     (tmp / INFO_FILE).write_text(json.dumps(_info(ckpt, model, quantization, files), indent=1))
 
@@ -848,6 +911,16 @@ def engine_of(path: str | Path, engine: str | None = None) -> str:
     return "ctranslate2" if is_exported(path) else engine or "pytorch"
 
 # %% ../nbs/19_engines.ipynb #c1b2e040
+def _check_options(average_last: int | None, engine: str | None, max_parameters: int) -> None:
+    "Refuse values no model can be loaded with."
+    if average_last is not None and average_last < 1:
+        raise ChoiceError(f"average_last must be at least 1, got average_last={average_last}")
+    if not isinstance(max_parameters, int) or max_parameters < 1:
+        raise ChoiceError(f"max_parameters must be at least 1, got {max_parameters!r}")
+    if engine not in (None, *ENGINES):
+        raise ChoiceError(f"engine {engine!r}: choose one of {', '.join(ENGINES)}")
+
+# %% ../nbs/19_engines.ipynb #254e5c07
 def check_loading(
     path: str | Path,
     average_last: int | None = None,
@@ -855,13 +928,10 @@ def check_loading(
     max_parameters: int = MAX_PARAMETERS,
 ) -> str:
     "The engine that runs `path`'s model, once what cannot be loaded is refused (`ChoiceError`)."
+    _check_options(average_last, engine, max_parameters)
     path, exported = Path(path), is_exported(path)
-    if average_last is not None and average_last < 1:
-        raise ChoiceError(f"average_last must be at least 1, got average_last={average_last}")
-    if not isinstance(max_parameters, int) or max_parameters < 1:
-        raise ChoiceError(f"max_parameters must be at least 1, got {max_parameters!r}")
-    if engine not in (None, *ENGINES):
-        raise ChoiceError(f"engine {engine!r}: choose one of {', '.join(ENGINES)}")
+    if (name := pretrained_name(path)) is not None:
+        return check_pretrained(name, average_last, engine)
     if exported and engine == "pytorch":
         raise ChoiceError(
             f"{path} is a model exported to CTranslate2: leave out --engine pytorch, "
@@ -872,6 +942,8 @@ def check_loading(
             f"--average-last averages a run's checkpoints; {path} is one exported model "
             f"(export --average-last K exports an average)"
         )
+    if export_format(path) == "transformers":
+        raise ChoiceError(f"{path} is a model folder for transformers: give it as hf:{path}")
     if path.is_dir() and not exported:  # a missing file is the loader's to report: a failure
         raise ChoiceError(f"{path} is a folder, not a checkpoint (nor a model folder export wrote)")
     if engine_of(path, engine) == "ctranslate2":
@@ -880,7 +952,7 @@ def check_loading(
 
 # %% ../nbs/19_engines.ipynb #c1b2e036
 def load_translator(
-    path: str | Path,  # a checkpoint file, or a model folder written by export
+    path: str | Path,  # a checkpoint file, a model folder written by export, or hf:NAME_OR_DIR
     *,
     average_last: int | None = None,  # average the weights of the checkpoint's last K epochs
     engine: str | None = None,  # "pytorch" (the default) or "ctranslate2"
@@ -889,6 +961,8 @@ def load_translator(
 ) -> Translating:
     "The translator of a checkpoint (or of an average of its last epochs) or of an exported folder."
     engine = check_loading(path, average_last, engine, max_parameters)
+    if (name := pretrained_name(path)) is not None:
+        return Translator.from_pretrained(name, device or "cpu", max_parameters=max_parameters)
     if is_exported(path):
         return ExportedTranslator.from_dir(path, device=device, max_parameters=max_parameters)
     if average_last:

@@ -152,7 +152,7 @@ def _search_batch(
     src = nn.utils.rnn.pad_sequence(ids, batch_first=True, padding_value=src_vocab.pad)  # (B, S)
     src = src.to(device)
     src_mask = (src != src_vocab.pad).unsqueeze(-2)  # (B, 1, S)
-    banned = () if search.allow_unk else (tgt_vocab.unk,)
+    banned = (*tgt_vocab.never, *(() if search.allow_unk else (tgt_vocab.unk,)))
     ends = (tgt_vocab.bos, tgt_vocab.eos)
     how = dict(banned=banned, compiled=search.compile)
     if search.beam_size == 1:
@@ -418,6 +418,25 @@ def evaluate(
     settings |= dict(average_last=None, allow_unk=s.allow_unk)
     scores = bleu(hypotheses, ref, translator.tgt_tokenizer)
     return Evaluation(scores, hypotheses, settings)
+
+# %% ../nbs/19_hub.ipynb #4f8c1c27
+from .config import MAX_PARAMETERS
+from .hub import load_pretrained
+
+
+def _from_pretrained(
+    cls,
+    name: str,  # a Hub name, e.g. Helsinki-NLP/opus-mt-de-en (internet needed), or a folder
+    device: str = "cpu",
+    activation: str | None = None,  # None: the model's own (swish in OPUS-MT); relu: the paper's
+    max_parameters: int = MAX_PARAMETERS,  # a model declaring more is refused before loading
+) -> Translator:
+    "A Marian (or Pegasus) model of the Hugging Face Hub, or of a folder, in our own model."
+    model, *rest = load_pretrained(name, activation, max_parameters)
+    return cls(model.to(device), *rest)
+
+
+Translator.from_pretrained = classmethod(_from_pretrained)
 
 # %% ../nbs/20_parsing.ipynb #bf2cf223
 from typing import TYPE_CHECKING

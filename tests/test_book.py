@@ -97,6 +97,8 @@ def test_the_notebooks_extra_has_what_the_notebooks_import_beyond_the_library() 
         "nbdev": "nbdev",
         "fastcore": "nbdev",
         "IPython": "ipython",
+        "tokenizers": "transformers",
+        "huggingface_hub": "transformers",
     }  # import name -> distribution
     imported = set()
     for nb in NOTEBOOKS:
