@@ -61,8 +61,8 @@ SMALL = {"N": 2, "d_model": 64, "d_ff": 256, "h": 4}
 
 @pytest.fixture(scope="module")
 def copy_corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Made-up German sentences to copy, as your own files: a task a small model learns in seconds
-    so that its outputs depend on the source, some ending early and some at the length limit."""
+    """Made-up German sentences to copy, as your own files: a task a small model learns in seconds,
+    so that its outputs depend on the source and end at different steps."""
     folder, pairs = tmp_path_factory.mktemp("copy"), sampled_pairs(400, seed=11)
     files = {}
     for name, part in (("train", pairs[:360]), ("valid", pairs[360:380])):
@@ -77,7 +77,7 @@ def train_with(tmp: Path, model: dict, corpus: dict) -> Path:
     config.write_text(json.dumps({"model": {**SMALL, **model}, "vocab_size": 400}))
     out = tmp / "run"
     argv = ["train", "--out", str(out), "--config", str(config), *own_file_args(corpus)]
-    flags = ["--max-tokens", "400", "--warmup", "40", "--epochs", "10", "--quiet"]
+    flags = ["--max-tokens", "200", "--warmup", "100", "--epochs", "10", "--quiet"]
     assert main([*argv, *flags]) == 0
     return out / "last.pt"
 
@@ -193,6 +193,7 @@ def test_generate_finds_our_tokens(kind: str, exports, sentences) -> None:
     sources = [src for src, _ in sentences]
     found = {search: ours.translate(sources, search) for search in (GREEDY, BEAM)}
     assert len({tuple(t) for t in found[GREEDY]}) > 1, "one translation for all: nothing to compare"
+    assert len({len(t) for t in found[GREEDY]}) > 1  # sentences that end at different steps
     for search, translations in found.items():
         for sentence, tokens in zip(sources, translations):
             ids = generated(theirs, tokenizer, sentence, search)

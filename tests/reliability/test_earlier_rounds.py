@@ -229,6 +229,8 @@ def test_ctrl_c_during_translate_is_one_line_saying_what_was_written(trained):
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
+        # as in a terminal: a shell's background job (CI's, say) starts with Ctrl-C ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     process.stdin.write("Ein Mann sieht einen Ball.\n")
     process.stdin.flush()
