@@ -562,9 +562,11 @@ def _check_tokens(ckpt: RunCheckpoint, out: Path) -> None:
             )
 
 # %% ../nbs/19_engines.ipynb #2bdecd8c
-def _write_ctranslate2(tmp: Path, ckpt: RunCheckpoint, quantization: str, name: str) -> None:
+def _write_ctranslate2(
+    tmp: Path, ckpt: RunCheckpoint, model: EncoderDecoder, quantization: str, name: str
+) -> None:
     "The CTranslate2 model, its subword model if any, and a README, in `tmp`."
-    spec = to_spec(ckpt.build_model(), ckpt.src_vocab, ckpt.tgt_vocab)
+    spec = to_spec(model, ckpt.src_vocab, ckpt.tgt_vocab)
     spec.optimize(quantization=quantization)  # stores equal (tied) arrays once, quantizes
     spec.save(str(tmp))
     if ckpt.tokenizer is not None:
@@ -576,11 +578,11 @@ def _write_folder(
     tmp: Path, ckpt: RunCheckpoint, quantization: str, name: str, format: str
 ) -> None:
     "The folder's files, in `tmp`; INFO_FILE lists them all (what --overwrite may replace)."
-    if format == "transformers":
-        save_transformers(ckpt, tmp, name)
-    else:
-        _write_ctranslate2(tmp, ckpt, quantization, name)
     model = ckpt.build_model()
+    if format == "transformers":
+        save_transformers(ckpt, tmp, name, model)
+    else:
+        _write_ctranslate2(tmp, ckpt, model, quantization, name)
     files = sorted([*os.listdir(tmp), INFO_FILE])
     (tmp / INFO_FILE).write_text(json.dumps(_info(ckpt, model, quantization, files), indent=1))
 

@@ -225,12 +225,17 @@ def check_transformers_exportable(ckpt: RunCheckpoint) -> None:
         raise ChoiceError(f"--format transformers cannot export this model: {why}")
 
 # %% ../nbs/19_hub.ipynb #a3083fea
-def save_transformers(ckpt: RunCheckpoint, folder: Path, name: str) -> None:
+def save_transformers(
+    ckpt: RunCheckpoint,
+    folder: Path,
+    name: str,  # the model's name in its card
+    ours: EncoderDecoder | None = None,  # the checkpoint's model, if built already
+) -> None:
     "The checkpoint's model and tokenizer as transformers saves them, and a model card."
     from transformers import AutoConfig, AutoModelForSeq2SeqLM, GenerationConfig
 
     check_transformers_exportable(ckpt)
-    m, ours = ckpt.config.model, ckpt.build_model().eval()
+    m, ours = ckpt.config.model, (ckpt.build_model() if ours is None else ours).eval()
     config = transformers_config(m, len(ckpt.src_vocab), len(ckpt.tgt_vocab))
     model = AutoModelForSeq2SeqLM.from_config(AutoConfig.for_model(**config))
     missing = model.load_state_dict(to_transformers(ours), strict=False).missing_keys
@@ -438,18 +443,16 @@ def hub_reachable(timeout: float = 3.0) -> bool:
     return True
 
 
-def _pretrained(name: str, what, **options):
-    """`what.from_pretrained(name)`: a folder here, or a Hub name (from the Hub, or from the cache
-    of earlier downloads where the Hub cannot be reached); a one-line error if neither."""
-    folder = Path(name).is_dir()
-    online = not folder and hub_reachable()
+def _pretrained(name: str, what, online: bool, **options):
+    """`what.from_pretrained(name)`: from the Hub if `online`, else from a folder here or the cache
+    of earlier downloads; a one-line error if none has it."""
     try:  # never code of the model's own
         return what.from_pretrained(
             name, local_files_only=not online, trust_remote_code=False, **options
         )
     except (OSError, ValueError) as error:
         reason = " ".join(str(error).split())[:200]
-        if not (folder or online):
+        if not (online or Path(name).is_dir()):
             reason = "no such folder, no download of that name, and the Hub is out of reach"
         raise ValueError(f"hf:{name}: cannot load it ({reason})") from None
 
@@ -471,13 +474,14 @@ def load_pretrained(
     from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
 
     import_transformers()
-    config = _pretrained(name, AutoConfig)
+    online = not Path(name).is_dir() and hub_reachable()  # asked once: each probe may wait
+    config = _pretrained(name, AutoConfig, online)
     m, tgt_size = model_config_of(config), decoder_vocab_size(config)
     _check_size(m, config.vocab_size, tgt_size, name, max_parameters)
-    theirs = _pretrained(name, AutoModelForSeq2SeqLM, config=config)
+    theirs = _pretrained(name, AutoModelForSeq2SeqLM, online, config=config)
     model = from_transformers(m.build(config.vocab_size, tgt_size), theirs.state_dict())
     model = use_activation(model, activation or config.activation_function).eval()
-    tokenizer = _pretrained(name, AutoTokenizer)
+    tokenizer = _pretrained(name, AutoTokenizer, online)
     banned = theirs.generation_config.bad_words_ids or []  # OPUS-MT's: the padding token
     never = [ids[0] for ids in banned if len(ids) == 1]
     src_vocab = PretrainedVocab(tokenizer, config.vocab_size)
