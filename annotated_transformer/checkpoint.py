@@ -546,10 +546,12 @@ def _check_file_size(path: Path, max_parameters: int) -> None:
             f"{max_parameters:,} parameters: raise --max-parameters (max_parameters) to load it"
         )
 
-
+# %% ../nbs/14_checkpoints.ipynb #5fa98970
 def load_checkpoint(path: str | Path, max_parameters: int = MAX_PARAMETERS) -> RunCheckpoint:
     "The checkpoint `save_checkpoint` wrote to `path`, with clear errors for anything else."
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder, not a checkpoint file")
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
     _check_file_size(path, max_parameters)

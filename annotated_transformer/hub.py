@@ -9,8 +9,12 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/hub.html.md"
 # %% ../nbs/19_hub.ipynb #d7e432e0
 from __future__ import annotations
 
+import pickle
 import socket
+import sys
+import warnings
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -33,7 +37,7 @@ from .subwords import load_processor
 
 # %% auto #0
 __all__ = ['Named', 'PROJECTIONS', 'ENCODER_NORMS', 'DECODER_NORMS', 'TIED_AS', 'SPECIAL_IDS', 'CARD', 'CARD_USE', 'DATA',
-           'ACTIVATIONS', 'HUB_PREFIX', 'marian_order', 'weight_names', 'to_transformers', 'from_transformers',
+           'ACTIVATIONS', 'HUB_PREFIX', 'PARTS', 'marian_order', 'weight_names', 'to_transformers', 'from_transformers',
            'transformers_config', 'fast_tokenizer', 'import_transformers', 'check_transformers_exportable',
            'save_transformers', 'model_card', 'SwishFeedForward', 'use_activation', 'model_config_of',
            'decoder_vocab_size', 'PretrainedVocab', 'PretrainedTokenizer', 'pretrained_name', 'hub_reachable',
@@ -365,7 +369,7 @@ def model_config_of(config) -> ModelConfig:
     elif not c.scale_embedding:
         why = "its embeddings are not scaled by sqrt(d_model) as ours are (§3.4)"
     if why:
-        raise ValueError(f"cannot load it: {why}")
+        raise ValueError(why)
     shared = getattr(c, "share_encoder_decoder_embeddings", True)  # Pegasus: always
     sizes = dict(N=c.encoder_layers, d_model=c.d_model, d_ff=c.encoder_ffn_dim)
     sizes |= dict(h=c.encoder_attention_heads, max_len=c.max_position_embeddings)
@@ -442,27 +446,92 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
     return True
 
+# %% ../nbs/19_hub.ipynb #e1bb0862
+@contextmanager
+def _quiet():
+    "transformers' warnings and load reports off, its bars on a terminal only: we say what fails."
+    from transformers.utils import logging
+
+    level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    if not sys.stderr.isatty():
+        logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()
+
+# %% ../nbs/19_hub.ipynb #ffe6045f
+PARTS = {  # what each loader reads, in words
+    "AutoConfig": "its config.json",
+    "AutoModelForSeq2SeqLM": "its weights",
+    "AutoTokenizer": "its tokenizer",
+    "GenerationConfig": "its generation_config.json",
+}
+
 
 def _pretrained(name: str, what, online: bool, **options):
     """`what.from_pretrained(name)`: from the Hub if `online`, else from a folder here or the cache
-    of earlier downloads; a one-line error if none has it."""
+    of earlier downloads; a one-line error for whatever stops it."""
     try:  # never code of the model's own
-        return what.from_pretrained(
-            name, local_files_only=not online, trust_remote_code=False, **options
-        )
-    except (OSError, ValueError) as error:
-        reason = " ".join(str(error).split())[:200]
-        if not (online or Path(name).is_dir()):
-            reason = "no such folder, no download of that name, and the Hub is out of reach"
-        raise ValueError(f"hf:{name}: cannot load it ({reason})") from None
+        with _quiet():
+            return what.from_pretrained(
+                name, local_files_only=not online, trust_remote_code=False, **options
+            )
+    except (MemoryError, torch.OutOfMemoryError):
+        raise  # the command line names what needs less
+    except Exception as error:  # anything someone else's files make transformers raise
+        part, why = PARTS[what.__name__], _why(error, name, online)
+        raise ValueError(f"hf:{name}: cannot load {part} ({why})") from None
+
+# %% ../nbs/19_hub.ipynb #27e3ff93
+def _why(error: Exception, name: str, online: bool) -> str:
+    "Why `_pretrained` failed, in a few words."
+    if not (online or Path(name).is_dir()):
+        return "no such folder, no download of that name, and the Hub is out of reach"
+    if isinstance(error, pickle.UnpicklingError):
+        return "its weights file holds more than tensors; nothing of it was run"
+    return " ".join(str(error).split())[:200]
 
 # %% ../nbs/19_hub.ipynb #cebb0c93
-def _check_size(m: ModelConfig, src_size: int, tgt_size: int, name: str, limit: int) -> None:
-    "Refuse a model of over `limit` parameters, counted on a model without storage."
-    with torch.device("meta"):
-        n = count_parameters(m.build(src_size, tgt_size))
-    if n > limit:
-        raise ValueError(f"hf:{name} has {n:,} parameters, over the {limit:,} allowed")
+def _sizes(config, name: str, limit: int) -> tuple[ModelConfig, int]:
+    """Our `ModelConfig` of its configuration and the target vocabulary's size, once they are
+    found sane and the model at most `limit` parameters, counted on a model without storage."""
+    try:
+        m, tgt_size = model_config_of(config), decoder_vocab_size(config)
+        with torch.device("meta"):
+            n = count_parameters(m.build(config.vocab_size, tgt_size))
+        if n > limit:
+            raise ValueError(f"the model has {n:,} parameters, over the {limit:,} allowed")
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"hf:{name}: cannot use its config.json ({error})") from None
+    return m, tgt_size
+
+# %% ../nbs/19_hub.ipynb #d7232ca1
+def _check_loaded(loaded: dict, name: str) -> None:
+    "Refuse weights that do not fit the configuration: transformers would start them at random."
+    wrong = [f"{k} is {tuple(a)}, not {tuple(b)}" for k, a, b in loaded["mismatched_keys"]]
+    # Marian's and Pegasus' positions are computed, not read: they may be missing
+    wrong += [f"{k} is missing" for k in sorted(loaded["missing_keys"]) if "positions" not in k]
+    if wrong:
+        raise ValueError(
+            f"hf:{name}: cannot load its weights: they do not fit its config.json "
+            f"({wrong[0]}; {len(wrong)} in all)"
+        )
+
+
+def _banned(name: str, theirs) -> list[int]:
+    "The ids its generation settings ban on their own (OPUS-MT's: the padding token)."
+    from transformers import GenerationConfig
+
+    settings = theirs.generation_config
+    if (Path(name) / "generation_config.json").exists():  # transformers ignores a damaged one
+        settings = _pretrained(name, GenerationConfig, False)
+    return [ids[0] for ids in settings.bad_words_ids or [] if len(ids) == 1]
 
 # %% ../nbs/19_hub.ipynb #a37a54f2
 def load_pretrained(
@@ -476,14 +545,14 @@ def load_pretrained(
     import_transformers()
     online = not Path(name).is_dir() and hub_reachable()  # asked once: each probe may wait
     config = _pretrained(name, AutoConfig, online)
-    m, tgt_size = model_config_of(config), decoder_vocab_size(config)
-    _check_size(m, config.vocab_size, tgt_size, name, max_parameters)
-    theirs = _pretrained(name, AutoModelForSeq2SeqLM, online, config=config)
+    m, tgt_size = _sizes(config, name, max_parameters)
+    loading = dict(config=config, ignore_mismatched_sizes=True, output_loading_info=True)
+    theirs, loaded = _pretrained(name, AutoModelForSeq2SeqLM, online, **loading)
+    _check_loaded(loaded, name)
     model = from_transformers(m.build(config.vocab_size, tgt_size), theirs.state_dict())
     model = use_activation(model, activation or config.activation_function).eval()
     tokenizer = _pretrained(name, AutoTokenizer, online)
-    banned = theirs.generation_config.bad_words_ids or []  # OPUS-MT's: the padding token
-    never = [ids[0] for ids in banned if len(ids) == 1]
+    never = _banned(name, theirs)
     src_vocab = PretrainedVocab(tokenizer, config.vocab_size)
     tgt_vocab = PretrainedVocab(tokenizer, tgt_size, config.decoder_start_token_id, never)
     tokenizers = PretrainedTokenizer(tokenizer, True), PretrainedTokenizer(tokenizer, False)

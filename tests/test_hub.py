@@ -448,10 +448,13 @@ def test_what_cannot_be_loaded_is_refused_in_one_line(
             ["translate", "--checkpoint", hf, "--max-parameters", "1000", "x"],
             "parameters, over the 1,000 allowed",
         ),
-        (["translate", "--checkpoint", f"hf:{bart}", "x"], "cannot load it: it is a bart model"),
+        (
+            ["translate", "--checkpoint", f"hf:{bart}", "x"],
+            "cannot use its config.json (it is a bart model",
+        ),
         (
             ["translate", "--checkpoint", f"hf:{tmp_path / 'missing'}", "x"],
-            f"hf:{tmp_path / 'missing'}: cannot load it",
+            f"hf:{tmp_path / 'missing'}: cannot load its config.json",
         ),
     ]
     for argv, message in failures:

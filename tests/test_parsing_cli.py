@@ -135,6 +135,12 @@ def test_parse_refuses_a_checkpoint_not_trained_on_the_treebank(tiny_checkpoint,
     assert "trained on multi30k, not on the treebank" in line
 
 
+def test_parse_refuses_a_folder_as_its_checkpoint(tiny_checkpoint, capsys):
+    folder = tiny_checkpoint.parent
+    line = refused(["parse", "--checkpoint", str(folder), "a cat"], 1, capsys)
+    assert line.endswith(f"--checkpoint {folder} is a folder, not a checkpoint file"), line
+
+
 def test_parse_refuses_a_buffer_of_no_lines(run, capsys):
     argv = ["parse", "--checkpoint", str(run / "last.pt"), "--buffer-size", "0"]
     line = refused(argv, 2, capsys)
