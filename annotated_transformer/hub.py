@@ -452,9 +452,10 @@ def _quiet():
     "transformers' warnings and load reports off, its bars on a terminal only: we say what fails."
     from transformers.utils import logging
 
-    level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    level = logging.get_verbosity()
+    hide_bars = logging.is_progress_bar_enabled() and not sys.stderr.isatty()
     logging.set_verbosity_error()
-    if not sys.stderr.isatty():
+    if hide_bars:
         logging.disable_progress_bar()
     try:
         with warnings.catch_warnings():
@@ -462,7 +463,7 @@ def _quiet():
             yield
     finally:
         logging.set_verbosity(level)
-        if bars:
+        if hide_bars:  # as they were
             logging.enable_progress_bar()
 
 # %% ../nbs/19_hub.ipynb #ffe6045f

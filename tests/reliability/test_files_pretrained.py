@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from clitools import refused
 from safetensors.torch import load_file, save_file
+from transformers.utils import logging
 
 from annotated_transformer._chapters import opus_like_folder, sampled_pairs
 from annotated_transformer.cli import main
@@ -137,6 +138,8 @@ def test_a_damaged_folder_is_refused_in_one_line(
 
 
 def test_a_folder_that_loads_writes_nothing_to_stderr(good: Path, capsys) -> None:
+    settings = logging.get_verbosity(), logging.is_progress_bar_enabled()
     assert main(["translate", "--checkpoint", f"hf:{good}", "Ein Mann."]) == 0
     out, err = capsys.readouterr()
     assert out.strip() and err == "", err
+    assert (logging.get_verbosity(), logging.is_progress_bar_enabled()) == settings  # as they were
