@@ -99,6 +99,7 @@ def test_the_notebooks_extra_has_what_the_notebooks_import_beyond_the_library() 
         "IPython": "ipython",
         "tokenizers": "transformers",
         "huggingface_hub": "transformers",
+        "safetensors": "transformers",  # a dependency of transformers
     }  # import name -> distribution
     imported = set()
     for nb in NOTEBOOKS:
