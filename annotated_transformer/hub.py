@@ -233,13 +233,13 @@ def save_transformers(
     ckpt: RunCheckpoint,
     folder: Path,
     name: str,  # the model's name in its card
-    ours: EncoderDecoder | None = None,  # the checkpoint's model, if built already
+    ours: EncoderDecoder,  # the checkpoint's model (`ckpt.build_model()`)
 ) -> None:
     "The checkpoint's model and tokenizer as transformers saves them, and a model card."
     from transformers import AutoConfig, AutoModelForSeq2SeqLM, GenerationConfig
 
     check_transformers_exportable(ckpt)
-    m, ours = ckpt.config.model, (ckpt.build_model() if ours is None else ours).eval()
+    m, ours = ckpt.config.model, ours.eval()
     config = transformers_config(m, len(ckpt.src_vocab), len(ckpt.tgt_vocab))
     model = AutoModelForSeq2SeqLM.from_config(AutoConfig.for_model(**config))
     missing = model.load_state_dict(to_transformers(ours), strict=False).missing_keys
