@@ -36,7 +36,7 @@ from annotated_transformer.engines import ENGINES, FORMATS, QUANTIZATIONS, check
 from annotated_transformer.engines import check_loading, export_model, load_translator
 from annotated_transformer.hub import pretrained_name
 from annotated_transformer.model import EncoderDecoder
-from annotated_transformer.trainer import resolve_run_config, train
+from annotated_transformer.trainer import resolve_run_config, run_corpus, train
 from annotated_transformer.translation import PARSING, Parser, Search, SentenceError, Translating
 from annotated_transformer.translation import evaluate
 from annotated_transformer.trees import show_tree
@@ -184,7 +184,7 @@ def _train(args: argparse.Namespace) -> None:
     files = ParallelFiles(own[:2], own[2:]) if own[0] else None
     limit = options.max_parameters  # of a resumed run's last.pt
     config = resolve_run_config(args.out, choices, args.config, files, args.resume, limit)
-    corpus = files or open_corpus(config.corpus, args.data_dir, (config.src_lang, config.tgt_lang))
+    corpus = files or (run_corpus(config, data_dir=args.data_dir) if args.data_dir else None)
     resume, overwrite = args.resume, args.overwrite
     train(args.out, config, corpus=corpus, resume=resume, overwrite=overwrite, options=options)
 

@@ -208,9 +208,9 @@ def train_bpe_model(
 def load_processor(model: bytes, source: str = "the model") -> spm.SentencePieceProcessor:
     "The processor of a serialized sentencepiece model; a one-line error naming `source` if not."
     try:
-        processor = spm.SentencePieceProcessor(model_proto=model)
-        if not processor.get_piece_size():  # b"" parses, as a model without pieces
+        if not model:  # b"" would parse, as a model that logs an error at every question
             raise RuntimeError
+        processor = spm.SentencePieceProcessor(model_proto=model)
     except (RuntimeError, UnicodeDecodeError):  # not a model; a piece that is not UTF-8
         raise ValueError(
             f"{source}: not a sentencepiece model (damaged, or empty: {len(model)} bytes)"

@@ -25,10 +25,10 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 # %% auto #0
-__all__ = ['VAL_EXTRA', 'FIGURES', 'run_config', 'resolve_run_config', 'run_corpus', 'load_pairs', 'check_same_data',
-           'training_subset', 'new_tokenizers', 'build_vocabularies', 'too_long', 'check_lengths', 'RunData',
-           'prepare_data', 'Learner', 'build_learner', 'restore', 'perplexity', 'validate', 'RunSetup',
-           'tensorboard_writer', 'fit_epoch', 'epoch_checkpoint', 'fit', 'start_run', 'train']
+__all__ = ['FOLDER', 'VAL_EXTRA', 'FIGURES', 'run_config', 'resolve_run_config', 'data_record', 'recorded_files', 'run_corpus',
+           'load_pairs', 'check_same_data', 'training_subset', 'new_tokenizers', 'build_vocabularies', 'too_long',
+           'check_lengths', 'RunData', 'prepare_data', 'Learner', 'build_learner', 'restore', 'perplexity', 'validate',
+           'RunSetup', 'tensorboard_writer', 'fit_epoch', 'epoch_checkpoint', 'fit', 'start_run', 'train']
 
 # %% ../nbs/09_trainer.ipynb #aed88503
 from .batching import make_loader
@@ -36,7 +36,8 @@ from .checkpoint import ResumeState, RunCheckpoint, load_checkpoint
 from .checkpoint import rng_state, set_rng_state
 from .config import MAX_PARAMETERS, ChoiceError, Choices, RuntimeOptions
 from .config import TrainConfig, check_resume, resolve_config
-from .data import CORPORA, Corpus, EncodedPairs, Log, Tokenizer, Vocab
+from .data import CORPORA, Corpus, EncodedPairs, InMemory, Log, ParallelFiles
+from .data import Tokenizer, Vocab
 from .data import encode_pairs, open_corpus, word_tokenizers
 from .distributed import PRECISIONS, DistributedSetup, cleanup_distributed
 from .distributed import gather_objects, make_scaler, rank_and_world
@@ -96,11 +97,57 @@ def resolve_run_config(
     return resolve_config(choices, config_file, own, stored, str(last))
 
 # %% ../nbs/09_trainer.ipynb #df9c7315
-def run_corpus(config: TrainConfig, corpus: Corpus | None) -> Corpus:
-    "The corpus given, or the one the configuration names, in its languages."
-    return corpus or open_corpus(config.corpus, langs=(config.src_lang, config.tgt_lang))
+FOLDER = "folder"  # a checkpoint's data record: the folder a named corpus was read from
 
 
+def data_record(corpus: Corpus) -> dict:
+    """What a checkpoint records of a run's data: the corpus's origin, and for a named corpus read
+    from a folder given (`data_dir`, which every corpus in CORPORA takes), that folder."""
+    folder = corpus.data_dir if corpus.name in CORPORA else None
+    return corpus.origin() | ({} if folder is None else {FOLDER: str(Path(folder).resolve())})
+
+# %% ../nbs/09_trainer.ipynb #e925bcbe
+def recorded_files(data: dict, source: str) -> ParallelFiles:
+    "Your own files that a run recorded (`data`, its checkpoint's), where they were."
+    flags = {"train": ("--train-src", "--train-tgt"), "val": ("--valid-src", "--valid-tgt")}
+    named = [data[split]["files"] if _has_files(data.get(split)) else None for split in flags]
+    if not all(files is not None and len(files) == 2 for files in named):
+        raise ChoiceError(f"{source} does not name the files it was trained on: pass them again")
+    for paths, split_flags in zip(named, flags.values()):
+        for path, flag in zip(paths, split_flags):
+            if not Path(path).is_file():
+                raise ChoiceError(
+                    f"{path}, which {source} was trained on, is not there: pass {flag} and the "
+                    "other files' flags to say where the run's files are now"
+                )
+    return ParallelFiles(*map(tuple, named))
+
+# %% ../nbs/09_trainer.ipynb #0224d5ab
+def run_corpus(
+    config: TrainConfig,
+    corpus: Corpus | None = None,  # the data given
+    ckpt: RunCheckpoint | None = None,  # a resumed run's: where its data was
+    source: str = "last.pt",  # names the checkpoint in errors
+    data_dir: str | Path | None = None,  # the named corpus's folder, if given
+) -> Corpus:
+    """The corpus given; else a resumed run's own (its files, or its corpus in the folder it was
+    read from, unless `data_dir` says where it is now); else the one the configuration names."""
+    if corpus is not None:
+        return corpus
+    data = {} if ckpt is None else ckpt.data or {}
+    if ckpt is not None and config.corpus == ParallelFiles.name:
+        return recorded_files(data, source)
+    if ckpt is not None and config.corpus == InMemory.name:
+        raise ChoiceError(f"{source} was trained on pairs given in Python: pass them again")
+    folder = data_dir if data_dir is not None else data.get(FOLDER)
+    if data_dir is None and folder is not None and not Path(folder).is_dir():
+        raise ChoiceError(
+            f"{folder}, the {config.corpus} folder {source} was trained on, is not there: "
+            "pass --data-dir to say where it is now"
+        )
+    return open_corpus(config.corpus, folder, langs=(config.src_lang, config.tgt_lang))
+
+# %% ../nbs/09_trainer.ipynb #29f1f68b
 def load_pairs(
     config: TrainConfig, corpus: Corpus, log: Log = print
 ) -> dict[str, list[tuple[str, str]]]:
@@ -118,19 +165,25 @@ def _has_files(split_origin: object) -> bool:
 
 
 def _describe(origin: dict) -> str:
-    "Where a run's data came from, in words."
+    "Where a run's data came from, in words (not the folder it was read from)."
     return "; ".join(
         f"{split}: {' and '.join(map(str, d['files'])) if _has_files(d) else d}"
         for split, d in origin.items()
+        if split != FOLDER
     )
 
 # %% ../nbs/09_trainer.ipynb #26a8edd7
 def check_same_data(trained_on: dict, now: dict, path: Path) -> None:
-    "Refuse to resume a run on other data than it was trained on, naming what differs."
+    """Refuse to resume a run on other data than it was trained on, naming what differs (the same
+    data read from another folder is the same data)."""
     named_only = any(_has_files(d) and "sha256" not in d for d in trained_on.values())
     key = "files" if named_only else "sha256"  # a run of 0.2 recorded its files' names only
     contents = [
-        {split: d.get(key) if _has_files(d) else d for split, d in origin.items()}
+        {
+            split: d.get(key) if _has_files(d) else d
+            for split, d in origin.items()
+            if split != FOLDER
+        }
         for origin in (trained_on, now)
     ]
     if contents[0] != contents[1]:
@@ -556,7 +609,7 @@ def start_run(
     config, rank, log = setup.config, setup.process.rank, setup.log
     torch.manual_seed(config.seed + rank)  # rank 0's weights are everyone's (DDP copies them)
     random.seed(config.seed + rank)
-    pairs, origin = load_pairs(config, corpus, log), corpus.origin()
+    pairs, origin = load_pairs(config, corpus, log), data_record(corpus)
     if ckpt is not None and ckpt.data is not None:  # checkpoints of version 0.2 do not say
         check_same_data(ckpt.data, origin, last)
     data = prepare_data(config, pairs, origin, ckpt, setup.options.progress, log)
@@ -589,7 +642,7 @@ def train(
     out_dir: str | Path,  # checkpoints go here
     config: TrainConfig | None = None,  # None: the defaults (your own data: subwords), or the run's
     *,
-    corpus: Corpus | None = None,  # the data; None: the configuration's corpus (open_corpus)
+    corpus: Corpus | None = None,  # the data; None: a resumed run's, or the configuration's
     resume: bool = False,  # continue from out_dir/last.pt
     overwrite: bool = False,  # replace a run already in out_dir
     options: RuntimeOptions = RuntimeOptions(),  # how to train on this machine (not stored)
@@ -610,5 +663,6 @@ def train(
                 return ckpt if process.is_main else None
             run_id = ckpt.run_id if ckpt is not None else uuid.uuid4().hex
             setup = RunSetup(config, options, process, log, run_id)
-            data, learner = start_run(setup, run_corpus(config, corpus), ckpt, last)
+            corpus = run_corpus(config, corpus, ckpt, str(last))
+            data, learner = start_run(setup, corpus, ckpt, last)
             return fit(folder, setup, data, learner, ckpt)

@@ -322,7 +322,7 @@ def test_copy_task_batches_are_deterministic_with_an_rng():
     b = [b.src for b in copy_task_batches(V, 8, 4, seq_len=6, rng=torch.Generator().manual_seed(7))]
     c = [b.src for b in copy_task_batches(V, 8, 4, seq_len=6, rng=torch.Generator().manual_seed(8))]
     for x, y in zip(a, b):
-        assert torch.equal(x, y)
+        assert torch.equal(x, y)  # exact: token ids
     assert any(not torch.equal(x, z) for x, z in zip(a, c))
 
 
@@ -333,10 +333,10 @@ def test_copy_task_batches_are_made_one_at_a_time_and_zero_batches_is_empty():
     before = rng.get_state()
     # a million batches: a generator that made them all first would not be done for minutes
     batches = copy_task_batches(V, 4, 1_000_000, seq_len=3, rng=rng)
-    assert torch.equal(rng.get_state(), before)  # nothing drawn yet
+    assert torch.equal(rng.get_state(), before)  # exact: a random state; nothing drawn yet
     reference = copy_task_batches(V, 4, 3, seq_len=3, rng=torch.Generator().manual_seed(0))
     first, expected = next(batches), [b.src for b in reference]
-    assert first.src.shape == (4, 3) and torch.equal(first.src, expected[0])
+    assert first.src.shape == (4, 3) and torch.equal(first.src, expected[0])  # exact: token ids
     torch.randint(0, 10, (7,), generator=rng)  # another user of the source draws meanwhile
     second = next(batches)  # drawn now, from where the source stands: not the second made earlier
     assert not torch.equal(second.src, expected[1])
@@ -393,13 +393,13 @@ def check_batch(batch: Batch, pad: int, max_tokens: int) -> list[tuple[list[int]
     assert B == 1 or B * max(S, T + 1) <= max_tokens, f"{B} x {max(S, T + 1)} > {max_tokens}"
     # The full target is tgt plus the last label; tgt_y is tgt shifted by one.
     full_tgt = torch.cat([batch.tgt, batch.tgt_y[:, -1:]], dim=1)
-    assert torch.equal(batch.tgt[:, 1:], batch.tgt_y[:, :-1])
+    assert torch.equal(batch.tgt[:, 1:], batch.tgt_y[:, :-1])  # exact: token ids
     # Masks
     assert batch.src_mask.shape == (B, 1, S)
-    assert torch.equal(batch.src_mask, (batch.src != pad).unsqueeze(-2))
+    assert torch.equal(batch.src_mask, (batch.src != pad).unsqueeze(-2))  # exact: booleans
     assert batch.tgt_mask.shape == (B, T, T)
     causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
-    assert torch.equal(batch.tgt_mask, (batch.tgt != pad).unsqueeze(-2) & causal)
+    assert torch.equal(batch.tgt_mask, (batch.tgt != pad).unsqueeze(-2) & causal)  # exact: bools
     assert batch.ntokens == int((batch.tgt_y != pad).sum())
     rows = []
     for src_row, tgt_row in zip(batch.src.tolist(), full_tgt.tolist()):

@@ -168,13 +168,13 @@ def test_everything_a_checkpoint_holds_comes_back(tmp_path: Path) -> None:
     )
     assert back.src_vocab.itos == back.tgt_vocab.itos == ckpt.src_vocab.itos
     assert back.tokenizer.model == subwords.model
-    assert back.resume.counts == counts and back.resume.scaler == scaler
+    assert back.resume.counts == counts and back.resume.scaler == scaler  # exact: read back
     assert back.resume.scheduler == scheduler.state_dict()
     assert back.resume.optimizer["param_groups"] == optimizer.state_dict()["param_groups"]
-    assert torch.equal(back.resume.rng[0]["torch"], full.resume.rng[0]["torch"])
+    assert torch.equal(back.resume.rng[0]["torch"], full.resume.rng[0]["torch"])  # exact: copies
     assert back.resume.rng[0]["python"] == full.resume.rng[0]["python"]
     for name, value in ckpt.model.items():
-        assert torch.equal(back.model[name], value), name
+        assert torch.equal(back.model[name], value), name  # exact: saved and read back
     stored = torch.load(tmp_path / "last.pt", weights_only=True)
     assert (stored["format"], stored["version"]) == (CHECKPOINT_FORMAT, "0.3.0")
     # the keys the checkpoint has always used, so that older readers of last.pt find them
@@ -272,7 +272,7 @@ def test_older_checkpoints_still_load(version: str, tmp_path: Path) -> None:
     assert not translator.model.training
     stored = torch.load(path, weights_only=True)["model"]
     for name, value in translator.model.state_dict().items():
-        assert torch.equal(value, stored[name]), name
+        assert torch.equal(value, stored[name]), name  # exact: read back, not computed
     [tokens] = translator.translate(["Ein Mann sieht einen Ball."])
     assert set(tokens) <= set(ckpt.tgt_vocab.itos) - {"<unk>"}
     assert translator.src_tokenizer.tokenize(["Ein Mann."]) == [["Ein", "Mann", "."]]

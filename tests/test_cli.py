@@ -96,11 +96,14 @@ def test_good_flag_values_are_accepted() -> None:
     train = parser().parse_args(
         ["train", "--out", "r", "--dropout", "0", "--seed", "0", "--epochs", "1", "--device", "cpu"]
     )
+    # exact: the flags, parsed
     assert (train.dropout, train.seed, train.epochs, train.device) == (0.0, 0, 1, "cpu")
     decode = parser().parse_args(
         ["evaluate", "--checkpoint", "c.pt", "--alpha", "0", "--beam", "1"]
     )
-    assert (decode.alpha, decode.beam_size) == (0.0, 1)  # the dest is the field's name
+    # exact: the flags, parsed; the dest is the field's name
+    assert (decode.alpha, decode.beam_size) == (0.0, 1)
+    # exact: "1.5", parsed
     assert parser().parse_args(["translate", "--checkpoint", "c.pt", "--alpha", "1.5"]).alpha == 1.5
 
 

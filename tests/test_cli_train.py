@@ -345,7 +345,7 @@ def test_any_two_languages_of_a_multi30k_folder(tmp_path: Path, capsys) -> None:
     capsys.readouterr()
     ckpt = load_checkpoint(tmp_path / "subwords" / "last.pt")
     assert (ckpt.config.src_lang, ckpt.config.tgt_lang) == ("xa", "xb")
-    assert ckpt.data == {"multi30k": ["xa", "xb"]}
+    assert ckpt.data == {"multi30k": ["xa", "xb"], "folder": str(folder.resolve())}
     checkpoint = ["--checkpoint", str(tmp_path / "subwords" / "last.pt")]
     assert main(["evaluate", *checkpoint, "--data-dir", str(folder), "--quiet"]) == 0
     assert capsys.readouterr().out.startswith("test2016 (20 sentences, greedy): sacreBLEU ")

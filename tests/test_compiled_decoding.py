@@ -120,6 +120,7 @@ def test_the_static_cache_pads_the_source_and_doubles_its_room() -> None:
     keys = cache.layers[0].keys.normal_().clone()
     cache.grow()
     grown = cache.layers[0].keys  # (6, h, 64, d_k): the positions kept, then zeros
+    # exact: the positions kept are copies
     assert cache.room == 64 and torch.equal(grown[:, :, :32], keys) and not grown[:, :, 32:].any()
 
 

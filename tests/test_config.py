@@ -58,6 +58,7 @@ def test_the_named_sizes() -> None:
     assert list(PRESETS) == ["base", "big", "multi30k", "small", "tiny"]
     assert preset("base") == ModelConfig()  # Table 3's base model
     big = preset("big")
+    # exact: the preset's settings
     assert (big.N, big.d_model, big.d_ff, big.h, big.dropout) == (6, 1024, 4096, 16, 0.3)
     sizes = {name: (c.N, c.d_model, c.d_ff, c.h) for name, c in PRESETS.items()}
     assert sizes["multi30k"] == (3, 256, 1024, 8) and sizes["small"] == (2, 128, 512, 4)
@@ -257,7 +258,7 @@ def test_a_config_file_sets_up_the_run_and_flags_override_it(
     stored = load_checkpoint(out / "last.pt").config
     # the flags beat the file; the rest: the file's, then the defaults (a run's pre-norm)
     assert stored == replace(from_file, seed=5, train_pairs=100, subset_seed=7, max_tokens=400)
-    assert stored.model.dropout == 0.1 and stored.model.norm_first
+    assert stored.model.dropout == 0.1 and stored.model.norm_first  # exact: a setting, copied
 
 
 def test_config_and_resume_do_not_go_together(tmp_path: Path, capsys) -> None:
@@ -529,7 +530,7 @@ def test_the_model_choices_are_checked() -> None:
     ]:
         with pytest.raises(ChoiceError, match=f"^{re.escape(message)}"):
             Choices(**choices)
-    assert Choices(vocab_size=None, dropout=0.0).dropout == 0.0
+    assert Choices(vocab_size=None, dropout=0.0).dropout == 0.0  # exact: the value given
 
 
 def test_setting_like_copies_the_rules_not_the_default_or_help() -> None:

@@ -223,7 +223,7 @@ def test_greedy_batch_equals_one_at_a_time_with_per_sentence_limits() -> None:
         assert together[i][0] == alone[0]
         assert together[i][1] == pytest.approx(alone[1], abs=1e-5)
         assert len(alone[0]) <= limit - 1
-    assert together[3] == ([], 0.0)  # max_len 1: only the start symbol
+    assert together[3] == ([], 0.0)  # exact: max_len 1: only the start symbol, no score added
 
 
 def test_greedy_decodes_an_all_padding_source_row() -> None:
@@ -324,7 +324,7 @@ def test_wide_beam_finds_the_best_sequence_by_enumeration(seed: int, alpha: floa
     scored = sorted(((score(t), t) for t in every_output(4)), reverse=True)
     assert len(scored) == 121
     found = beam_search(model, src, mask, 5, 0, 1, beam_size=256, alpha=alpha)[0]
-    assert found[0][0] == scored[0][1]
+    assert found[0][0] == scored[0][1]  # exact: tokens
     assert found[0][1] == pytest.approx(scored[0][0], abs=1e-5)
     # the whole space was searched: the second and third best agree too
     assert [t for t, _ in found[:3]] == [t for _, t in scored[:3]]

@@ -119,7 +119,7 @@ def test_one_column_wide_in_px(case: tuple[str, str]) -> None:
     root = parse(case[1])
     x, y, w, h = (float(v) for v in root.get("viewBox").split())
     assert (x, y, w) == (0, 0, d.COLUMN)
-    assert (float(root.get("width")), float(root.get("height"))) == (w, h)
+    assert (float(root.get("width")), float(root.get("height"))) == (w, h)  # exact: same text
     assert 100 < h < 1000
 
 

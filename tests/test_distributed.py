@@ -238,7 +238,7 @@ def test_float16_trains_with_a_gradient_scaler_that_is_saved(
     lowered = replace(ckpt.resume, scaler={**ckpt.resume.scaler, "scale": 0.5})
     save_checkpoint(tmp_path / "run" / "last.pt", replace(ckpt, resume=lowered))
     resumed = train(tmp_path / "run", config, resume=True, **quiet)
-    assert resumed.resume.scaler["scale"] == 0.5
+    assert resumed.resume.scaler["scale"] == 0.5  # exact: the scale saved above, read back
     # fp32 has no scaler to save
     plain = train(
         tmp_path / "fp32",

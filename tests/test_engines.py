@@ -344,6 +344,7 @@ def test_output_and_evaluate_json_through_the_folder(
     assert pytorch["engine"] == "pytorch"
     for result in (evaluate(exported), evaluate(tiny_checkpoint, "--engine", "ctranslate2")):
         assert result["engine"] == "ctranslate2"
+        # exact: sacreBLEU of the same tokens (the engines agree on them), rounded alike
         assert (result["score"], result["sentences"]) == (pytorch["score"], pytorch["sentences"])
         assert result["parameters"] == pytorch["parameters"]
     model = load_checkpoint(tiny_checkpoint).build_model()
@@ -536,6 +537,7 @@ def test_evaluate_reports_the_engine_that_translated(exported: Path, tiny_checkp
     ours = evaluate(load_translator(tiny_checkpoint), WORDS, references)
     theirs = evaluate(load_translator(exported), WORDS, references)
     assert (ours.settings["engine"], theirs.settings["engine"]) == ("pytorch", "ctranslate2")
+    # exact: tokens, and sacreBLEU's scores of them
     assert theirs.hypotheses == ours.hypotheses and theirs.scores == ours.scores
     assert theirs.settings["parameters"] == ours.settings["parameters"]
     assert theirs.settings["arch"] == ours.settings["arch"] == "transformer"

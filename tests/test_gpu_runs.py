@@ -253,6 +253,7 @@ def test_table3_at_cpu_scale_trains_each_row_with_each_seed_on_one_subset(tmp_pa
         128,
         2,
     )
+    # exact: the settings, copied
     assert (configs["base", 1].seed, configs["D3", 1].smoothing, base.smoothing) == (1, 0.0, 0.1)
     one_head = configs["A1", 0].model  # the row's change on the CPU model's sizes
     assert (one_head.h, one_head.N, one_head.d_model, one_head.d_ff) == (1, 2, 128, 512)

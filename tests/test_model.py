@@ -254,7 +254,7 @@ def test_multi_headed_attention_matches_pytorch(kind, masked, mode):
     torch.testing.assert_close(out_fast, expected, **TOL)
     torch.testing.assert_close(out_ref, expected, **TOL)
     torch.testing.assert_close(weights, expected_w, **TOL)
-    if keep is not None:  # padded keys get exactly zero weight
+    if keep is not None:  # padded keys get zero weight, exact: the mask sets it
         assert (weights.masked_select(~keep[:, None].expand_as(weights)) == 0).all()
 
 
@@ -326,7 +326,7 @@ def test_fully_padded_source_is_finite_and_paths_agree():
     assert torch.isfinite(ref).all(), "reference path gives NaN for a row with no key to attend to"
     torch.testing.assert_close(fast, ref, **TOL)
     # No key at all: zero weights, so the output is just the output projection's bias.
-    assert (weights[1] == 0).all()
+    assert (weights[1] == 0).all()  # exact: masked, set to 0
     torch.testing.assert_close(ref[1], mha.w_o.bias.expand(Lq, D_MODEL), **TOL)
     # The fully padded row must not disturb the other batch element.
     alone, _ = mha(query[:1], memory[:1], memory[:1], keep[:1])
@@ -503,7 +503,7 @@ def test_learned_positions_train_and_sinusoids_do_not():
     model.encode(src, mask).sum().backward()
     assert (
         model.src_embed[1].pe.grad[0, :5].abs().sum() > 0
-        and model.src_embed[1].pe.grad[0, 5:].abs().sum() == 0
+        and model.src_embed[1].pe.grad[0, 5:].abs().sum() == 0  # exact: unused, no gradient
     )
     assert "src_embed.1.pe" in model.state_dict()
     assert not any(

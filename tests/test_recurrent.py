@@ -67,7 +67,7 @@ def test_padding_gets_no_attention_and_changes_nothing(arch: str, depth: tuple[i
     model = build(arch, *depth)
     src, src_mask, tgt = batch()
     features, weights = model.run(src, tgt, src_mask)
-    assert torch.all(weights.masked_select(~src_mask.expand_as(weights)) == 0)
+    assert torch.all(weights.masked_select(~src_mask.expand_as(weights)) == 0)  # exact: masked
     longer = torch.cat(
         [src, torch.zeros(3, 4, dtype=src.dtype)], dim=1
     )  # four more padding positions

@@ -129,7 +129,7 @@ def test_train_returns_writes_and_logs_the_run(pairs: dict, tmp_path: Path) -> N
     )
     assert len(ckpt.run_id) == 32 and ckpt.resume.counts == last.resume.counts
     for name, value in ckpt.model.items():
-        assert torch.equal(value, last.model[name]), name
+        assert torch.equal(value, last.model[name]), name  # exact: saved and read back
     contents = json.dumps(pairs, sort_keys=True).encode()
     assert ckpt.data == {"pairs": hashlib.sha256(contents).hexdigest()}
     assert json.loads((tmp_path / "history.json").read_text()) == ckpt.history
@@ -444,6 +444,7 @@ def test_build_learner_readable_or_fused_loss_and_the_scaler(run_data) -> None:
     torch.testing.assert_close(loss, smoothing(logp, batch.tgt_y.flatten()))  # the config's
     assert readable.optimizer.param_groups[0]["lr"] > 0  # the schedule's first step
     fp16 = build_learner(SMALL, run_data, replace(QUIET, precision="fp16"), cpu)
+    # exact: the scale starts at the same Python division
     assert fp16.scaler is not None and fp16.scaler.get_scale() == 2.0**16 / SMALL.max_tokens
 
 
@@ -455,9 +456,10 @@ def test_validate_leaves_the_random_state_untouched(run_data) -> None:
     torch.manual_seed(5)
     before = torch.get_rng_state()
     loss, ppl, bleu = validate(learner, run_data, loader, torch.device("cpu"), progress=False)
-    assert torch.equal(torch.get_rng_state(), before)
+    assert torch.equal(torch.get_rng_state(), before)  # exact: a random state
     assert math.isfinite(loss) and ppl > 1 and 0 <= bleu <= 100
     assert ppl != pytest.approx(math.exp(loss), rel=1e-2)  # of the true words: not smoothed
+    # exact: the same computation again, on the same machine
     assert validate(learner, run_data, loader, torch.device("cpu"), False) == (loss, ppl, bleu)
 
 

@@ -62,7 +62,7 @@ def random_copy_data(batch_size: int, seq_len: int, seed: int) -> torch.Tensor:
 
 
 def test_rate_shape():
-    assert rate(0, 512, 1.0, 4000) == rate(1, 512, 1.0, 4000)
+    assert rate(0, 512, 1.0, 4000) == rate(1, 512, 1.0, 4000)  # exact: step 0 is taken as 1
     assert rate(100, 512, 2.0, 4000) == pytest.approx(2 * rate(100, 512, 1.0, 4000))
     values = [rate(s, 64, 1.0, 50) for s in range(1, 200)]
     peak = max(range(len(values)), key=values.__getitem__) + 1
@@ -81,8 +81,8 @@ def test_noam_optimizer_settings_and_schedule():
     model = tiny_model()
     opt, sched = noam_optimizer(model, model_size=16, factor=2.0, warmup=10)
     assert isinstance(opt, torch.optim.Adam)
-    assert opt.defaults["betas"] == (0.9, 0.98)
-    assert opt.defaults["eps"] == 1e-9
+    assert opt.defaults["betas"] == (0.9, 0.98)  # exact: settings, copied
+    assert opt.defaults["eps"] == 1e-9  # exact: a setting, copied
     held = [p for g in opt.param_groups for p in g["params"]]
     assert len(held) == len(list(model.parameters())) and {id(p) for p in held} == {
         id(p) for p in model.parameters()
@@ -199,7 +199,7 @@ def test_scheduler_steps_once_per_optimizer_step_after_the_update(epoch):
     _, state = epoch(batches[:2], model, loss_of(model), Updates(opt, sched, accum_iter=2))
     assert state.optimizer_steps == 1 and state.batches == 2
     assert sched.last_epoch == 1
-    assert opt.param_groups[0]["lr"] == 0.0
+    assert opt.param_groups[0]["lr"] == 0.0  # exact: the rate times the factor 0.0
     after_one = params(model)
     assert max_param_diff(start, after_one) > 1e-4
     _, state = epoch(batches[2:], model, loss_of(model), Updates(opt, sched, 2), state=state)
@@ -330,6 +330,7 @@ def test_read_every_does_not_change_the_mean_loss(read_every):
         )[0]
         for r in (read_every, 50)
     ]
+    # the same float32 losses, summed in float64 in other groups: ~1e-16 apart
     assert losses[0] == pytest.approx(losses[1], rel=1e-12)
 
 
@@ -467,6 +468,8 @@ def test_run_epoch_and_train_epoch_agree(max_grad_norm):
     loss_a, state_a, opt_a = one_epoch(run_epoch, readable, 2, max_grad_norm)
     loss_b, state_b, opt_b = one_epoch(quiet_train_epoch, at_scale, 2, max_grad_norm)
     assert state_a == state_b and state_a.optimizer_steps == 3
+    # both loops make the same float operations in the same order (optimizer_step for both);
+    # only the sums of the float32 losses, in float64, may differ: ~1e-16 relative
     assert loss_a == pytest.approx(loss_b, rel=1e-9)
     assert len(opt_a.seen) == len(opt_b.seen) == 3
     for step_a, step_b in zip(opt_a.seen, opt_b.seen):

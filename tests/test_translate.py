@@ -173,7 +173,7 @@ def test_detokenized_and_scored_as_before(translator: Translator) -> None:
         assert scores.tokenized_lowercase == pytest.approx(score, abs=1e-5)
         assert scores.signature.startswith(SIGNATURE)
         hypotheses = translator.translate(SOURCES, search)
-        assert bleu(hypotheses, REFERENCES, translator.tgt_tokenizer) == scores
+        assert bleu(hypotheses, REFERENCES, translator.tgt_tokenizer) == scores  # exact: again
 
 
 # ===================================================================== 2. batches, <unk>, bad input
@@ -274,6 +274,7 @@ def test_nbest_is_at_most_the_beam_a_usage_error(nbest: int, beam_size: int) -> 
 def test_search_s_defaults_and_flags_are_declared_once() -> None:
     "What the command line builds its flags from: defaults, help, flag names; the paper's alpha."
     assert GREEDY == Search()
+    # exact: the settings
     assert (GREEDY.beam_size, GREEDY.alpha, GREEDY.nbest, GREEDY.max_extra) == (1, 0.6, 1, 50)
     assert (GREEDY.allow_unk, GREEDY.batch_size, GREEDY.compile) == (False, 128, False)
     meta = {f.name: f.metadata for f in dataclasses.fields(Search)}
@@ -282,7 +283,7 @@ def test_search_s_defaults_and_flags_are_declared_once() -> None:
     assert flagged == flags  # max_extra: none
     assert meta["beam_size"]["flag"] == "--beam" and meta["nbest"]["metavar"] == "K"
     assert "0.6" not in meta["alpha"]["help"]  # the number is the default's, in one place
-    assert check_setting(Search, "alpha", 1.0) == 1.0
+    assert check_setting(Search, "alpha", 1.0) == 1.0  # exact: the value given, given back
     with pytest.raises(ChoiceError, match="beam_size must be at least 1"):
         check_setting(Search, "beam_size", 0)
 
@@ -306,7 +307,7 @@ def test_a_translator_from_a_checkpoint(tiny_checkpoint: Path) -> None:
     assert translator.config == ckpt.config and translator.engine == "pytorch"
     assert translator.parameters == count_parameters(translator.model)
     for name, value in translator.model.state_dict().items():
-        assert torch.equal(value, ckpt.model[name]), name
+        assert torch.equal(value, ckpt.model[name]), name  # exact: loaded, not computed
     from_record = Translator.from_checkpoint(ckpt, device="cpu")
     assert from_record.translate(SOURCES[:2]) == translator.translate(SOURCES[:2])
     # averaged epochs: the record average_last gives; one epoch averaged is that epoch
@@ -386,6 +387,7 @@ def test_evaluate_aligns_blank_lines_and_reports_its_settings(translator: Transl
     assert isinstance(result, Evaluation)
     best = translator.translate(SOURCES[:2], search)
     assert result.hypotheses == [best[0], [], best[1]]
+    # exact: the same tokens scored again
     assert result.scores == bleu(result.hypotheses, references, translator.tgt_tokenizer)
     assert result.settings == {
         "data": "toy",
@@ -395,7 +397,7 @@ def test_evaluate_aligns_blank_lines_and_reports_its_settings(translator: Transl
         "parameters": count_parameters(translator.model),
         "engine": "pytorch",
         "beam": 3,
-        "alpha": 0.6,
+        "alpha": 0.6,  # exact: the settings, copied
         "average_last": None,
         "allow_unk": False,
     }
@@ -428,6 +430,7 @@ def test_evaluate_reads_files_and_refuses_a_different_number_of_lines(
         translator, [SOURCES[0], "", SOURCES[1]], [REFERENCES[0], "", REFERENCES[1]], SHORT
     )
     assert from_files.settings["data"] == "test.de" and from_files.settings["sentences"] == 3
+    # exact: the same sentences translated and scored the same way
     assert from_files.hypotheses == from_lists.hypotheses and from_files.scores == from_lists.scores
     ref.write_text(f"{REFERENCES[0]}\n", encoding="utf-8")
     message = f"{src} has 3 lines but {ref} has 1: the references must translate the sources line"

@@ -319,7 +319,7 @@ def test_a_TOP_bracket_is_not_counted():
     gold = "(S (NP (NN a)) (VP (VB b)))"
     assert score(gold, "(TOP (NP (NN a)) (VP (VB b)))") == (3, 2, 2)
     s = sentence_score(tree(gold), tree("(TOP (NP (NN a)) (VP (VB b)))"))
-    assert (s.precision, round(s.recall, 2)) == (100.0, 66.67)
+    assert (s.precision, round(s.recall, 2)) == (100.0, 66.67)  # exact: whole counts
     assert score(gold, "(TOP (S (NP (NN a)) (VP (VB b))))") == (3, 3, 3)
 
 
@@ -346,14 +346,14 @@ def test_a_bracket_twice_in_the_gold_tree_matches_once_if_the_parse_has_it_once(
     assert brackets(tree(gold))[1][("NP", 0, 1)] == 2
     assert score(gold, test) == (4, 3, 3)  # the NP 0-1 bracket: recall 1/2
     s = sentence_score(tree(gold), tree(test))
-    assert (s.precision, s.recall) == (100.0, 75.0)
+    assert (s.precision, s.recall) == (100.0, 75.0)  # exact: 100 * 3 / 3, 100 * 3 / 4
 
 
 def test_a_bracket_twice_in_the_parse_matches_once_if_the_gold_tree_has_it_once():
     gold, test = "(S (NP (NN a)) (VP (VB b)))", "(S (NP (NP (NN a))) (VP (VB b)))"
     assert score(gold, test) == (3, 4, 3)
     s = sentence_score(tree(gold), tree(test))
-    assert (s.precision, s.recall) == (75.0, 100.0)
+    assert (s.precision, s.recall) == (75.0, 100.0)  # exact: 100 * 3 / 4, 100 * 3 / 3
 
 
 def counts(s: BracketScore) -> tuple[int, int, int, int]:
@@ -383,7 +383,7 @@ def test_the_second_summary_counts_sentences_of_at_most_40_words():
     scores = evalb(golds, tests)
     assert counts(scores.all) == (3, 9, 9, 6)
     assert counts(scores.short) == (2, 6, 6, 6)
-    assert scores.short.f1 == 100.0 and round(scores.all.f1, 2) == 66.67
+    assert scores.short.f1 == 100.0 and round(scores.all.f1, 2) == 66.67  # exact: whole counts
     assert str(scores).startswith("all: 3 sentences, P 66.67 R 66.67 F1 66.67 | <= 40 words: 2")
 
 
@@ -393,12 +393,13 @@ def test_the_summaries_sum_counts_not_sentence_scores():
     scores = evalb(golds, tests)
     assert counts(scores.all) == (2, 4, 4, 1)
     # 25, where the mean of the sentences' F1 (100 and 0) would be 50
+    # exact: 100 * 1 / 4, from whole counts
     assert (scores.all.precision, scores.all.recall, scores.all.f1) == (25.0, 25.0, 25.0)
 
 
 def test_bracket_scores_add_up_and_say_zero_with_nothing_to_count():
     empty = BracketScore(0, 0, 0, 0)
-    assert (empty.precision, empty.recall, empty.f1) == (0.0, 0.0, 0.0)
+    assert (empty.precision, empty.recall, empty.f1) == (0.0, 0.0, 0.0)  # exact: nothing counted
     total = BracketScore(1, 4, 3, 3) + BracketScore(2, 5, 6, 1)
     assert total == BracketScore(3, 9, 9, 4)
 
@@ -612,8 +613,8 @@ def test_right_branching_scores_hand_the_gold_tags_to_the_baseline():
     # (the NP over the full stop is emptied); the gold tree: S 0-3, NP 0-2, VP 2-3
     scores = right_branching_scores([gold, gold])
     assert counts(scores.scores.all) == (2, 6, 6, 2)
-    assert scores.well_formed == 100.0
-    assert (
+    assert scores.well_formed == 100.0  # exact: 100 * 2 / 2
+    assert (  # exact: whole counts
         round(scores.to_dict()["all"]["f1"], 2) == 33.33
         and scores.to_dict()["short"]["sentences"] == 2
     )

@@ -38,6 +38,7 @@ import yaml
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 from nbconvert import HTMLExporter
+from traitlets.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 NBS = ROOT / "nbs"
@@ -332,6 +333,9 @@ def execute(nb_path: Path, timeout: int) -> nbformat.NotebookNode:
         timeout=timeout,
         kernel_name="python3",
         resources={"metadata": {"path": str(nb_path.parent)}},
+        # a local socket file: the kernel has no TCP port to warn about (ipykernel logs a warning
+        # for each kernel started over TCP without encryption)
+        config=Config({"KernelManager": {"transport": "ipc"}}),
     )
     client.execute()
     return nb

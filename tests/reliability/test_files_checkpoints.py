@@ -278,4 +278,5 @@ def test_the_random_state_check_leaves_this_process_alone(stored):
     broken = {**stored, "rng": [{**stored["rng"][0], "python": (3, (1, 2), None)}]}
     with pytest.raises(ValueError, match="its rng must be"):
         RunCheckpoint.from_dict(broken, "last.pt")
+    # exact: random states, put back
     assert torch.equal(torch.get_rng_state(), before[0]) and random.getstate() == before[1]
