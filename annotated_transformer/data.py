@@ -17,6 +17,7 @@ import os
 import re
 import stat
 import tempfile
+import urllib.error
 import urllib.request
 import warnings
 import zlib
@@ -175,6 +176,8 @@ def cached_download(name: str, base_url: str = MULTI30K_URL) -> Path:
     try:
         download(base_url + name, dest, SHA256[name])
     except (OSError, http.client.HTTPException) as error:  # refused, timed out, HTTP error, cut off
+        if isinstance(error, urllib.error.HTTPError):
+            error.close()  # its response's socket, which the error holds open
         raise ConnectionError(
             f"could not download {base_url + name} ({error}). Without internet access, "
             f"pass --data-dir (data_dir= in Python) or set the environment variable "

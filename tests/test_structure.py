@@ -60,3 +60,31 @@ def test_the_change_plans_name_tests_that_exist() -> None:
     assert len(named) >= 3, named  # the CLI option, the data set, rotary positions
     for path, name in named:
         assert f"\ndef {name}(" in (ROOT / path).read_text(encoding="utf-8"), (path, name)
+
+
+def test_methods_attached_outside_their_class_are_found(structure, tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "class A:\n    def inside(self):\n        pass\n\n\n"
+        "@patch_to(A)\ndef late(self):\n    pass\n\n\n"
+        "@patch\ndef later(self: A):\n    pass\n\n\n"
+        "def f(self):\n    pass\n\n\nA.g = f\n"
+    )
+    assert structure.attached_methods(tmp_path / "m.py") == [
+        "m.A.late (@patch_to)",
+        "m.A.later (@patch)",
+        "m.A.g (assigned)",
+    ]
+
+
+def test_the_notebooks_that_write_each_module_are_read_from_their_directives(structure) -> None:
+    written = structure.writers()
+    assert "01_model" in written["model"] and "09_trainer" in written["trainer"]
+    assert all(nbs for nbs in written.values())
+
+
+def test_the_longest_import_chain_follows_imports(structure) -> None:
+    chain = structure.longest_import_chain()
+    package = structure.PACKAGE
+    for upper, lower in zip(chain, chain[1:]):
+        assert lower in structure.package_imports(package / f"{upper}.py"), (upper, lower)
+    assert structure.package_imports(package / f"{chain[-1]}.py") in ([], [chain[-1]])

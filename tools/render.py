@@ -38,7 +38,6 @@ import yaml
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 from nbconvert import HTMLExporter
-from traitlets.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 NBS = ROOT / "nbs"
@@ -333,9 +332,9 @@ def execute(nb_path: Path, timeout: int) -> nbformat.NotebookNode:
         timeout=timeout,
         kernel_name="python3",
         resources={"metadata": {"path": str(nb_path.parent)}},
-        # a local socket file: the kernel has no TCP port to warn about (ipykernel logs a warning
-        # for each kernel started over TCP without encryption)
-        config=Config({"KernelManager": {"transport": "ipc"}}),
+        # the kernel's own log, errors only: ipykernel warns at every start that its local TCP
+        # ports are not encrypted, which no reader of the log can act on
+        extra_arguments=["--IPKernelApp.log_level=ERROR"],
     )
     client.execute()
     return nb

@@ -1,6 +1,8 @@
-"""Print the package's structure as a new engineer meets it: module sizes, the longest functions,
-the largest exported notebook cells, the functions with more than six parameters, the widest code
-lines, and what each module imports from the package.
+"""Print the package's structure as a new engineer meets it: module sizes, the notebooks that
+write each module, the methods attached outside their class, the longest functions, the largest
+exported notebook cells, the functions with more than six parameters, the functions a decoding
+search passes through, the widest code lines, what each module imports from the package and the
+longest chain of such imports.
 
     python tools/structure.py            # the tables
     python tools/structure.py --check    # exit 1 if a function runs over 40 lines or an
@@ -12,7 +14,10 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import re
 import sys
+from collections import defaultdict
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +76,72 @@ def package_imports(path: Path) -> list[str]:
     return sorted(names)
 
 
+def writers() -> dict[str, list[str]]:
+    "module -> the notebooks nbdev-export writes it from (`default_exp`, `export NAME`)."
+    found = defaultdict(set)
+    for nb_path in sorted((ROOT / "nbs").glob("*.ipynb")):
+        default = None
+        for cell in json.loads(nb_path.read_text())["cells"]:
+            source = "".join(cell["source"]) if cell["cell_type"] == "code" else ""
+            if match := re.search(r"^#\|\s*default_exp\s+(\w+)", source, re.MULTILINE):
+                default = match.group(1)
+            for match in re.finditer(r"^#\|\s*exports?\b[ \t]*(\w*)", source, re.MULTILINE):
+                found[match.group(1) or default].add(nb_path.stem)
+    return {module: sorted(nbs) for module, nbs in sorted(found.items()) if module}
+
+
+def attached_methods(path: Path) -> list[str]:
+    """The methods a module attaches to a class outside its body: functions decorated with
+    fastcore's `@patch`/`@patch_to`, and top-level assignments `Class.name = ...`."""
+    tree = ast.parse(path.read_text())
+    found = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for d in node.decorator_list:
+                if isinstance(d, ast.Call) and ast.unparse(d.func).endswith("patch_to"):
+                    cls = ast.unparse(d.args[0]) if d.args else "?"  # @patch_to(Class)
+                elif ast.unparse(d).endswith("patch") and node.args.args:
+                    cls = ast.unparse(node.args.args[0].annotation or ast.Name("?"))  # self: Class
+                else:
+                    continue
+                found.append(f"{path.stem}.{cls}.{node.name} (@{ast.unparse(d).split('(')[0]})")
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+                    found.append(f"{path.stem}.{ast.unparse(target)} (assigned)")
+    return found
+
+
+def longest_import_chain() -> list[str]:
+    "The longest chain of modules each importing the next from the package."
+    graph = {p.stem: [m for m in package_imports(p) if m != p.stem] for p in modules()}
+
+    @cache
+    def chain(module: str) -> tuple[str, ...]:
+        below = [chain(m) for m in graph.get(module, [])]
+        return (module, *max(below, key=len, default=()))
+
+    return list(max((chain(m) for m in graph), key=len))
+
+
+SEARCH_PARAMETER = re.compile(r"\b(search|beam_size|beam)\b")
+
+
+def search_carriers() -> list[str]:
+    """The functions a decoding search passes through: those with a parameter named search,
+    beam_size or beam, or annotated with `Search` (what the `--beam` flag builds)."""
+    found = []
+    for path in [*modules(), PACKAGE / "cli.py"]:
+        for f, name in definitions(path):
+            a = f.args
+            for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
+                annotation = ast.unparse(p.annotation) if p.annotation else ""
+                if SEARCH_PARAMETER.fullmatch(p.arg) or re.search(r"\bSearch\b", annotation):
+                    found.append(name)
+                    break
+    return sorted(set(found))
+
+
 def exported_cells() -> list[tuple[int, str]]:
     "(lines, notebook and cell id) of every exported cell."
     cells = []
@@ -99,11 +170,29 @@ def report() -> None:
     for path in modules():
         lines = len(path.read_text().splitlines())
         print(f"{path.stem:<30} {lines:>5}  {', '.join(package_imports(path)) or '-'}")
+    written = writers()
+    shared = {m: nbs for m, nbs in written.items() if len(nbs) > 1}
+    print(f"\nmodules written by more than one notebook: {len(shared)} of {len(written)}")
+    for module, nbs in shared.items():
+        print(f"  {module:<28} {', '.join(nbs)}")
+    attached = [m for p in modules() for m in attached_methods(p)]
+    print(f"\nmethods attached outside their class: {len(attached)}")
+    for name in attached:
+        print(f"  {name}")
+    chain = longest_import_chain()
+    print(f"\nlongest import chain ({len(chain)} modules): {' -> '.join(chain)}")
+    carriers = search_carriers()
+    files = sorted({name.split(".")[0] for name in carriers})
+    print(f"\nfunctions a search passes through: {len(carriers)} in {len(files)} files")
+    for name in carriers:
+        print(f"  {name}")
     print("\nlongest functions")
     for lines, name in sorted((f for p in modules() for f in functions(p)), reverse=True)[:10]:
         print(f"  {lines:>4}  {name}")
-    print("\nlargest exported cells")
-    for lines, where in sorted(exported_cells(), reverse=True)[:10]:
+    cells = exported_cells()
+    at_cap = sum(lines >= MAX_EXPORTED_CELL_LINES for lines, _ in cells)
+    print(f"\nlargest exported cells ({len(cells)} in all; {at_cap} at the cap of 30 lines)")
+    for lines, where in sorted(cells, reverse=True)[:10]:
         print(f"  {lines:>4}  {where}")
     many = sorted(
         (f for p in modules() for f in parameters(p) if f[0] > MAX_PARAMETERS), reverse=True
