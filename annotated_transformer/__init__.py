@@ -7,14 +7,14 @@ also the package's own names, each imported on first use: `from annotated_transf
 make_model, Translator, train`.
 
 - `annotated_transformer.model` (the model; its checks in configuration, `attention_weights` in attention figures): `make_model`, `ModelConfig`, `EncoderDecoder`, `attention_weights`, `count_parameters`
-- `annotated_transformer.batching` (batches and masks; bucketing in data): `Batch`, `TokenBatchSampler`, `make_loader`
-- `annotated_transformer.training` (the training loop and the schedule; the epoch at scale in the trainer): `run_epoch` (the version to read), `train_epoch`, `rate`, `noam_optimizer`, `TrainState`
-- `annotated_transformer.losses` (label smoothing; the fused loss in the trainer): `LabelSmoothing`, `FusedLabelSmoothing`, `sequence_loss`
+- `annotated_transformer.batching` (batches and masks): `Batch`, `collate`, `copy_task_batches`
+- `annotated_transformer.training` (the training loop and the schedule): `run_epoch`, `rate`, `noam_optimizer`, `TrainState`
+- `annotated_transformer.losses` (label smoothing): `LabelSmoothing`, `sequence_loss`
 - `annotated_transformer.decoding` (decoding; the cache and batched searches in fast decoding): `greedy_decode` and `beam_decode` (the versions to read), `greedy_search`, `beam_search`, `Decoder`
 - `annotated_transformer.recurrent` (the recurrent systems): `RecurrentConfig`, `RecurrentEncoderDecoder`
 - `annotated_transformer.config` (configuration): `PRESETS`, `preset`, `TrainConfig`, `RuntimeOptions`, `resolve_config`
 - `annotated_transformer.trees` (parsing): `Treebank`, `linearize`, `delinearize`, `evalb`
-- `annotated_transformer.data` (data): `load_multi30k`, `read_parallel`, `Tokenizer`, `SpacyTokenizer`, `Vocab`
+- `annotated_transformer.data` (data): `load_multi30k`, `read_parallel`, `Tokenizer`, `SpacyTokenizer`, `Vocab`, `TokenBatchSampler`, `make_loader`
 - `annotated_transformer.subwords` (subwords): `SubwordTokenizer`, `shared_vocab`, `learn_bpe`, `apply_bpe`
 - `annotated_transformer.checkpoint` (checkpoints): `RunCheckpoint`, `save_checkpoint`, `load_checkpoint`, `average_last`
 - `annotated_transformer.hub` (to and from the Hugging Face Hub): `load_pretrained`, `save_transformers`, `to_transformers`, `from_transformers`
@@ -22,7 +22,7 @@ make_model, Translator, train`.
 - `annotated_transformer.engines` (fast decoding, and serving with CTranslate2): `export_model`, `ExportedTranslator`, `is_exported`
 - `annotated_transformer.distributed` (many GPUs): `setup_distributed`, `wrap_for_training`, `model_flops_utilization`
 - `annotated_transformer.runs` (run folders): `claim_run_folder`, `save_epoch`
-- `annotated_transformer.trainer` (the trainer): `train`, and the steps it is made of
+- `annotated_transformer.trainer` (the trainer): `train_epoch` (the epoch at scale), `FusedLabelSmoothing`, `train`, and the steps it is made of
 - `annotated_transformer.visualization` (what the model attends to; figures and the view in attention figures): `head_measures`, `plot_attention`, `plot_sentence`, `AttentionView`
 - `annotated_transformer._chapters` (hand-written, private): what the notebooks share to run their chapters
 - `annotated_transformer.cli` (hand-written): the console command `annotated-transformer`

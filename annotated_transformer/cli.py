@@ -31,7 +31,7 @@ from annotated_transformer import __version__
 from annotated_transformer.checkpoint import average_last, load_checkpoint
 from annotated_transformer.config import ChoiceError, Choices, RuntimeOptions, TrainConfig
 from annotated_transformer.config import check_setting
-from annotated_transformer.data import ParallelFiles, not_a_file, open_corpus, split_pairs
+from annotated_transformer.data import ParallelFiles, not_a_file, split_pairs
 from annotated_transformer.engines import ENGINES, FORMATS, QUANTIZATIONS, check_export
 from annotated_transformer.engines import check_loading, export_model, load_translator
 from annotated_transformer.hub import pretrained_name
@@ -207,8 +207,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     translator = _load(args)
     sources, references, name = args.src, args.ref, None
     if args.src is None:  # a split of the run's corpus, in its languages
-        config = translator.config
-        corpus = open_corpus(config.corpus, args.data_dir, (config.src_lang, config.tgt_lang))
+        corpus = run_corpus(translator.config, data_dir=args.data_dir)
         name, pairs = split_pairs(corpus, args.split)
         sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     result = evaluate(translator, sources, references, search, name, args.progress is not False)

@@ -186,6 +186,7 @@ _CORPUS = dict(pattern=r"[a-z][a-z0-9_-]*", expected="a corpus name such as mult
 _PAIRS = "train on N of the training pairs, chosen at random by --seed (default: all)"
 _SUBSET = "draw --train-pairs' subset by this seed instead (several seeds, one subset)"
 _SKIP = "leave out training pairs longer than the model's max_len (default: refuse the data)"
+_CLIP = "clip the gradients to this norm"
 
 # %% ../nbs/13_configuration.ipynb #04448158
 @dataclass(frozen=True)
@@ -197,10 +198,10 @@ class TrainConfig:
     epochs: int = setting(20, "total epochs", low=1, high=100_000)
     max_tokens: int = setting(4096, "padded tokens per batch (longer side)", low=1, high=10**7)
     accum_iter: int = setting(1, "batches per optimizer step", low=1, high=100_000)
-    factor: float = setting(1.0, None, above=0, high=1e3)  # learning-rate scale of eq. (5)
+    factor: float = setting(1.0, "scale of the learning rate of eq. (5)", above=0, high=1e3)
     warmup: int = setting(1000, "optimizer steps of linear warmup", low=1, high=10**8)
-    smoothing: float = setting(0.1, None, low=0, below=1)  # label smoothing (§5.4)
-    max_grad_norm: float | None = setting(1.0, None, above=0)  # clip the gradients; None: don't
+    smoothing: float = setting(0.1, "label smoothing epsilon (§5.4)", low=0, below=1)
+    max_grad_norm: float | None = setting(1.0, _CLIP, above=0)  # None: not clipped
     seed: int = setting(0, "random seed", **_SEED)
     src_lang: str = setting("de", "Multi30k's source language: de, en, fr, ...", **_LANGUAGE)
     tgt_lang: str = setting("en", "Multi30k's target language", **_LANGUAGE)

@@ -40,7 +40,8 @@ __all__ = ['MULTI30K_URL', 'SPLITS', 'SHA256', 'DATA_DIR_ENV', 'STAMP_FILE', 'Lo
            'cache_dir', 'download', 'sha256_of_file', 'file_sha256', 'cached_download', 'languages_in',
            'multi30k_paths', 'read_lines', 'load_multi30k', 'read_parallel', 'Corpus', 'Multi30k', 'not_a_file',
            'ParallelFiles', 'InMemory', 'open_corpus', 'split_pairs', 'Tokenizer', 'join_words', 'SpacyTokenizer',
-           'load_tokenizers', 'word_tokenizers', 'Vocab', 'EncodedPairs', 'encode_pairs']
+           'load_tokenizers', 'word_tokenizers', 'Vocab', 'EncodedPairs', 'encode_pairs', 'cut_batches',
+           'length_batches', 'TokenBatchSampler', 'make_loader']
 
 # %% ../nbs/11_data.ipynb #d6f3bf26
 MULTI30K_URL = (
@@ -628,3 +629,116 @@ def encode_pairs(
         [torch.tensor(src_vocab.encode_sentence(s)) for s in src_tokens],
         [torch.tensor(tgt_vocab.encode_sentence(t)) for t in tgt_tokens],
     )
+
+# %% ../nbs/11_data.ipynb #c1263401
+import random
+from functools import partial
+
+from torch.utils.data import DataLoader, Sampler
+
+from .batching import collate
+
+# %% ../nbs/11_data.ipynb #17aa3884
+def cut_batches(
+    order: Sequence[int],  # example indices, sorted by length
+    lengths: Sequence[int],  # each example's padded length
+    max_tokens: int,  # budget per batch: examples x longest example
+) -> list[list[int]]:
+    "Cut `order` greedily into batches whose padded size (count x longest) fits `max_tokens`."
+    batches, current, longest = [], [], 0
+    for i in order:
+        longest_if_added = max(longest, lengths[i])
+        if current and longest_if_added * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current, longest_if_added = [], lengths[i]
+        current.append(i)
+        longest = longest_if_added
+    batches.append(current)
+    return batches
+
+# %% ../nbs/11_data.ipynb #e732d84c
+def length_batches(
+    lengths: Sequence[int],  # each example's padded length
+    max_tokens: int,  # budget per batch: examples x longest example
+    rng: random.Random | None = None,  # breaks ties and orders the batches; None: by length
+) -> list[list[int]]:
+    "Batches of example indices of similar length within `max_tokens`: sorted, cut, shuffled."
+    tie_break = [rng.random() if rng is not None else 0.0 for _ in lengths]
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], tie_break[i]))
+    batches = cut_batches(order, lengths, max_tokens)
+    if rng is not None:
+        rng.shuffle(batches)
+    return batches
+
+# %% ../nbs/11_data.ipynb #01f32c82
+class _Shared(Sampler[list[int]]):
+    "An epoch's batches (`all_batches`), shared among data-parallel processes: as many for each."
+
+    epoch: int = 0  # whose shuffle: set before each epoch
+    num_replicas: int = 1  # processes sharing the batches (data parallel)
+    rank: int = 0  # this process, in range(num_replicas)
+
+    def all_batches(self) -> list[list[int]]:
+        "This epoch's batches for all processes, in order."
+        raise NotImplementedError
+
+    def set_epoch(self, epoch: int) -> None:
+        "Choose the epoch whose shuffle to use (call before each epoch)."
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = self.all_batches()
+        usable = len(batches) - len(batches) % self.num_replicas  # as many for every process
+        return iter(batches[self.rank : usable : self.num_replicas])
+
+    def __len__(self) -> int:
+        return len(self.all_batches()) // self.num_replicas
+
+# %% ../nbs/11_data.ipynb #f24e2130
+def _check_sharing(lengths: Sequence[int], max_tokens: int, num_replicas: int, rank: int) -> None:
+    "Raise a one-line error unless there is a batch for each of `num_replicas` processes."
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+    if not 0 <= rank < num_replicas:
+        raise ValueError(f"rank must be in range(num_replicas={num_replicas}), got {rank}")
+    if len(lengths) == 0:
+        raise ValueError("no examples to batch: lengths is empty")
+    if (n := len(length_batches(lengths, max_tokens))) < num_replicas:
+        raise ValueError(
+            f"only {n} batches for {num_replicas} processes: "
+            f"lower max_tokens or use fewer processes"
+        )
+
+# %% ../nbs/11_data.ipynb #a053b806
+class TokenBatchSampler(_Shared):
+    "Batches of example indices of similar length, each about `max_tokens` padded tokens (§5.1)."
+
+    def __init__(
+        self,
+        lengths: Sequence[int],  # per example, the padded length it needs: max(len(src), len(tgt))
+        max_tokens: int,  # budget per batch: examples x longest example
+        shuffle: bool = True,  # new tie-breaks and a new batch order every epoch
+        seed: int = 0,
+        num_replicas: int = 1,  # processes sharing the batches (data parallel)
+        rank: int = 0,  # this process, in range(num_replicas)
+    ):
+        _check_sharing(lengths, max_tokens, num_replicas, rank)
+        self.lengths, self.max_tokens, self.shuffle = list(lengths), max_tokens, shuffle
+        self.seed, self.num_replicas, self.rank, self.epoch = seed, num_replicas, rank, 0
+
+    def all_batches(self) -> list[list[int]]:
+        "This epoch's batches for all processes, in order."
+        rng = random.Random(self.seed * 1_000_003 + self.epoch) if self.shuffle else None
+        return length_batches(self.lengths, self.max_tokens, rng)
+
+# %% ../nbs/11_data.ipynb #2ce935a4
+def make_loader(
+    pairs: Sequence[tuple[Tensor, Tensor]],  # (source ids, target ids), <s> and </s> included
+    pad: int,  # the padding id (the same in both vocabularies)
+    max_tokens: int,  # padded tokens per batch, counting the longer side
+    **sampling: object,  # TokenBatchSampler's: shuffle, seed, num_replicas (data parallel), rank
+) -> DataLoader:
+    "Length-bucketed batches of about `max_tokens` tokens, as `Batch` objects."
+    lengths = [max(len(src), len(tgt)) for src, tgt in pairs]  # each pair's padded length
+    sampler = TokenBatchSampler(lengths, max_tokens, **sampling)
+    return DataLoader(pairs, batch_sampler=sampler, collate_fn=partial(collate, pad=pad))

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from .model import check_ids
 
 # %% auto #0
-__all__ = ['LossFn', 'smoothed_targets', 'LabelSmoothing', 'sequence_loss', 'FusedLabelSmoothing']
+__all__ = ['LossFn', 'check_labels', 'smoothed_targets', 'LabelSmoothing', 'sequence_loss']
 
 # %% ../nbs/04_label_smoothing.ipynb #a6ae5576
 def _padding_class(padding_idx: int, size: int) -> int:
@@ -26,7 +26,7 @@ def _padding_class(padding_idx: int, size: int) -> int:
     return padding_idx % size
 
 
-def _check_labels(target: Tensor, size: int) -> None:
+def check_labels(target: Tensor, size: int) -> None:
     "Raise a one-line error unless `target` holds integer class ids in [0, size)."
     if target.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"labels must be integer class ids (int64 or int32), got {target.dtype}")
@@ -40,12 +40,12 @@ def _check_inputs(x: Tensor, target: Tensor, size: int) -> None:
             f"expected log-probabilities (N, {size}) and N labels, "
             f"got {tuple(x.shape)} and {tuple(target.shape)}"
         )
-    _check_labels(target, size)
+    check_labels(target, size)
 
 # %% ../nbs/04_label_smoothing.ipynb #b843e090
 def smoothed_targets(target: Tensor, size: int, padding_idx: int, smoothing: float) -> Tensor:
     "The smoothed target distribution q (N, V) for labels (N,); zero on rows of padding labels."
-    _check_labels(target, size)
+    check_labels(target, size)
     padding_idx = _padding_class(padding_idx, size)
     q = torch.full((target.size(0), size), smoothing / (size - 2), device=target.device)
     q.scatter_(1, target.unsqueeze(1), 1.0 - smoothing)
@@ -99,112 +99,3 @@ def sequence_loss(
         return criterion(x.flatten(0, 1), labels.flatten())
 
     return loss
-
-# %% ../nbs/09_trainer.ipynb #c4fc99c1
-from typing import NamedTuple
-
-import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
-
-# %% ../nbs/09_trainer.ipynb #b5c6ee49
-def _smoothed_rows(z: Tensor, t: Tensor, s: LabelSmoothing) -> tuple[Tensor, Tensor]:
-    "The loss of each row of logits z (n, V) with labels t (n,), zero on padding; and logsumexp."
-    V, pad = z.size(1), s.padding_idx
-    lse = z.logsumexp(-1)  # (n,)
-    x_true = z.gather(1, t.unsqueeze(1)).squeeze(1) - lse  # log p of the true word: (n,)
-    loss = s.entropy_term - s.confidence * x_true
-    if s.other > 0:  # sum of log p over the words that are neither true nor padding
-        loss = loss - s.other * (z.sum(-1) - V * lse - (z[:, pad] - lse) - x_true)
-    return torch.where(t != pad, loss, 0.0), lse
-
-
-def _smoothed_grad(z: Tensor, lse: Tensor, t: Tensor, s: LabelSmoothing) -> Tensor:
-    "The gradient p - q of the rows' loss by the logits z (n, V): zero on padded rows."
-    g = (z - lse.unsqueeze(1)).exp_().sub_(s.other)  # p - other: (n, V)
-    g[:, s.padding_idx] += s.other  # q is 0 on padding
-    true_word = torch.full((t.size(0), 1), s.other - s.confidence, device=z.device)
-    g.scatter_add_(1, t.unsqueeze(1), true_word)  # and 1 - eps on the true word
-    return g * (t != s.padding_idx).unsqueeze(1)
-
-
-def _add_grads(grads: list[Tensor], rows: slice, g: Tensor, hc: Tensor, weight: Tensor) -> None:
-    "Add a chunk's gradient p - q (n, V) into those of h (its rows), of W and of b."
-    grad_h, grad_w, grad_b = grads
-    grad_h[rows] = g.to(weight.dtype) @ weight  # (n, D)
-    grad_w += g.T @ hc.float()  # (V, D)
-    grad_b += g.sum(0)
-
-# %% ../nbs/09_trainer.ipynb #cd1a3d6c
-class _Chunking(NamedTuple):
-    "How the fused loss runs: its label smoothing, the rows of a chunk, and whether to keep grads."
-
-    smoothing: LabelSmoothing
-    rows: int  # rows of logits a chunk
-    grads: bool  # compute the gradients on the way; False: evaluating, the loss is all
-
-
-def _check_rows(h: Tensor, target: Tensor, size: int) -> None:
-    "Raise a one-line error unless h is (N, D) with N labels, each a word of the `size` words."
-    if h.dim() != 2 or target.shape != (h.size(0),):
-        raise ValueError(
-            "expected decoder outputs (N, D) and N labels, "
-            f"got {tuple(h.shape)} and {tuple(target.shape)}"
-        )
-    _check_labels(target, size)
-
-# %% ../nbs/09_trainer.ipynb #c536f10c
-class _LinearLabelSmoothing(torch.autograd.Function):
-    "LabelSmoothing of log_softmax(h W^T + b) and its gradients, computed chunk by chunk."
-
-    @staticmethod
-    def forward(
-        ctx, h: Tensor, weight: Tensor, bias: Tensor, target: Tensor, how: _Chunking
-    ) -> Tensor:
-        f32, loss = torch.float32, h.new_zeros((), dtype=torch.float32)
-        # filled chunk by chunk; the backward pass only scales them
-        zeros = [torch.zeros_like(h), *(torch.zeros_like(w, dtype=f32) for w in (weight, bias))]
-        ctx.grads = zeros if how.grads else None
-        for start in range(0, h.size(0), how.rows):
-            rows = slice(start, start + how.rows)
-            hc, t = h[rows], target[rows]  # (n, D), (n,)
-            z = F.linear(hc, weight, bias).float()  # the logits of this chunk only: (n, V)
-            row_loss, lse = _smoothed_rows(z, t, how.smoothing)
-            loss += row_loss.sum()
-            if how.grads:
-                _add_grads(ctx.grads, rows, _smoothed_grad(z, lse, t, how.smoothing), hc, weight)
-        return loss
-
-    @staticmethod
-    def backward(ctx, grad_loss: Tensor) -> tuple:
-        grad_h, grad_w, grad_b = ctx.grads
-        return grad_h * grad_loss, grad_w * grad_loss, grad_b * grad_loss, None, None
-
-# %% ../nbs/09_trainer.ipynb #3878d429
-class FusedLabelSmoothing(LabelSmoothing):
-    """LabelSmoothing of `generator`'s log-probabilities, from the decoder's outputs (N, D):
-    the (N, V) matrix is never built."""
-
-    def __init__(
-        self,
-        generator: nn.Module,
-        padding_idx: int,
-        smoothing: float = 0.0,
-        # logits per chunk at most; None: 2**22 on a CPU (they stay in its caches), 2**26 on a GPU
-        chunk: int | None = None,
-    ):
-        if chunk is not None and chunk < 1:
-            raise ValueError(f"chunk must be at least 1, got {chunk}")
-        super().__init__(generator.proj.out_features, padding_idx, smoothing)
-        self.generator = generator  # its proj.weight (V, D) and proj.bias (V,); shared, not copied
-        self.chunk = chunk
-
-    def forward(self, h: Tensor, target: Tensor) -> Tensor:
-        """Summed loss for decoder outputs h (N, D) and labels target (N,), with gradients for h and
-        the generator."""
-        _check_rows(h, target, self.size)
-        proj = self.generator.proj
-        grads = torch.is_grad_enabled() and (h.requires_grad or proj.weight.requires_grad)
-        rows = max(1, (self.chunk or (2**22 if h.device.type == "cpu" else 2**26)) // self.size)
-        how = _Chunking(self, rows, grads)
-        return _LinearLabelSmoothing.apply(h, proj.weight, proj.bias, target, how)

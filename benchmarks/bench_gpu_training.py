@@ -5,7 +5,7 @@ torch.nn.Transformer.
 The model is `config.preset("base")` (N=6, d_model=512, d_ff=2048, h=8) with one shared vocabulary
 of 37,000 tokens and tied embeddings, as in §3.4 and §5.1. The batches are synthetic but shaped like
 WMT's: sentence lengths drawn around 25 tokens with a long tail (up to 128), targets about as long
-as their sources, cut by `batching.TokenBatchSampler` into batches of about `--max-tokens` padded
+as their sources, cut by `data.TokenBatchSampler` into batches of about `--max-tokens` padded
 tokens (25,000 by default, the paper's batch); the timed steps are full batches (the one short batch
 at the end of the length order is left out, as it is one in thousands on WMT). Each setting trains
 its own copy of the model with `training.train_epoch` (Adam with the Noam schedule, label smoothing
@@ -37,17 +37,19 @@ from dataclasses import replace
 
 import torch
 
-from annotated_transformer.batching import Batch, TokenBatchSampler
+from annotated_transformer.batching import Batch
 from annotated_transformer.config import preset
+from annotated_transformer.data import TokenBatchSampler
 from annotated_transformer.distributed import (
     PRECISIONS,
     bf16_peak_tflops,
     model_flops_utilization,
     wrap_for_training,
 )
-from annotated_transformer.losses import FusedLabelSmoothing, LabelSmoothing, sequence_loss
+from annotated_transformer.losses import LabelSmoothing, sequence_loss
 from annotated_transformer.model import count_parameters
-from annotated_transformer.training import EpochOptions, Updates, noam_optimizer, train_epoch
+from annotated_transformer.trainer import EpochOptions, FusedLabelSmoothing, train_epoch
+from annotated_transformer.training import Updates, noam_optimizer
 from common import PAD, compare, profile_round, torch_transformer_steps
 
 

@@ -49,15 +49,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from annotated_transformer.batching import Batch
-from annotated_transformer.losses import (
-    FusedLabelSmoothing,
-    LabelSmoothing,
-    LossFn,
-    sequence_loss,
-    smoothed_targets,
-)
+from annotated_transformer.losses import LabelSmoothing, LossFn, sequence_loss, smoothed_targets
 from annotated_transformer.model import ModelConfig, MultiHeadedAttention
-from annotated_transformer.training import EpochOptions, Updates, noam_optimizer, train_epoch
+from annotated_transformer.trainer import EpochOptions, FusedLabelSmoothing, train_epoch
+from annotated_transformer.training import Updates, noam_optimizer
 from common import (
     FLOP_FORMULA,
     PAD,

@@ -65,6 +65,9 @@ BAD_FLAGS = [  # the messages are the records' own (config.check_setting): see s
     ("train", "--max-tokens", "-400", "max_tokens must be at least 1 and at most 10,000,000"),
     ("train", "--accum-iter", "0", "accum_iter must be at least 1 and at most 100,000, got"),
     ("train", "--warmup", "0", "warmup must be at least 1 and at most 100,000,000, got warmup=0"),
+    ("train", "--smoothing", "1", "smoothing must be at least 0 and below 1, got smoothing=1.0"),
+    ("train", "--factor", "0", "factor must be above 0 and at most 1,000.0, got factor=0.0"),
+    ("train", "--max-grad-norm", "0", "max_grad_norm must be above 0, got max_grad_norm=0.0"),
     ("train", "--seed", "-1", "seed must be at least 0 and at most 4,294,967,295, got seed=-1"),
     ("train", "--seed", str(2**32), "seed must be at least 0 and at most 4,294,967,295, got seed="),
     ("train", "--subset-seed", "-1", "subset_seed must be at least 0 and at most 4,294,967,295"),
@@ -105,6 +108,19 @@ def test_good_flag_values_are_accepted() -> None:
     assert (decode.alpha, decode.beam_size) == (0.0, 1)
     # exact: "1.5", parsed
     assert parser().parse_args(["translate", "--checkpoint", "c.pt", "--alpha", "1.5"]).alpha == 1.5
+
+
+def test_every_training_setting_has_its_flag() -> None:
+    "Each TrainConfig field that changes training is set by a flag built from it (§5.3, §5.4)."
+    from annotated_transformer.cli import given
+    from annotated_transformer.config import TrainConfig
+
+    flags = ["--smoothing", "0.2", "--factor", "2", "--max-grad-norm", "5"]
+    args = parser().parse_args(["train", "--out", "r", *flags])
+    # exact: the flags, parsed
+    assert given(args, TrainConfig) == {"smoothing": 0.2, "factor": 2.0, "max_grad_norm": 5.0}
+    unflagged = [f.name for f in dataclasses.fields(TrainConfig) if not f.metadata.get("help")]
+    assert unflagged == ["model", "vocab_size"]  # set by --model, --arch, ... and --vocab-size
 
 
 def test_model_offers_the_named_sizes(capsys) -> None:

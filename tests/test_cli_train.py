@@ -178,7 +178,7 @@ def test_validation_perplexity_is_of_the_true_words_without_smoothing(run: Path)
     "val_ppl: exp of the mean cross-entropy of the reference words, not of the smoothed loss."
     import torch.nn.functional as F
 
-    from annotated_transformer.batching import make_loader
+    from annotated_transformer.data import make_loader
     from annotated_transformer.data import encode_pairs
 
     ckpt = load_checkpoint(run / "last.pt")

@@ -1025,7 +1025,7 @@ def test_encode_pairs_wraps_with_start_and_end():
 
 def test_end_to_end_from_local_server(dataset_dir, hashes, serve, tokenizers):
     "Download -> tokenize -> vocabularies -> batches, the way a training script would."
-    from annotated_transformer.batching import make_loader
+    from annotated_transformer.data import make_loader
 
     base_url, _ = serve(dataset_dir)
     de_tok, en_tok = tokenizers

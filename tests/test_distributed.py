@@ -41,7 +41,8 @@ from annotated_transformer.distributed import default_precision, start_runtime, 
 from annotated_transformer.losses import LabelSmoothing, sequence_loss
 from annotated_transformer.model import ModelConfig
 from annotated_transformer.trainer import train
-from annotated_transformer.training import EpochOptions, Updates, train_epoch
+from annotated_transformer.trainer import EpochOptions, train_epoch
+from annotated_transformer.training import Updates
 
 TINY = ["--model", "tiny", "--dropout", "0", "--warmup", "20", "--quiet"]
 QUIET = RuntimeOptions(progress=False)

@@ -31,7 +31,8 @@ from annotated_transformer.cli import main
 from annotated_transformer.decoding import beam_search, greedy_search
 from annotated_transformer.losses import LabelSmoothing, sequence_loss
 from annotated_transformer.recurrent import ARCHS, RecurrentConfig, RecurrentEncoderDecoder
-from annotated_transformer.training import EpochOptions, Updates, train_epoch
+from annotated_transformer.trainer import EpochOptions, train_epoch
+from annotated_transformer.training import Updates
 
 DEPTHS = [(1, 1), (2, 3)]  # the baseline and the deeper variant
 

@@ -449,7 +449,7 @@ def test_build_learner_readable_or_fused_loss_and_the_scaler(run_data) -> None:
 
 
 def test_validate_leaves_the_random_state_untouched(run_data) -> None:
-    from annotated_transformer.batching import make_loader
+    from annotated_transformer.data import make_loader
 
     learner = build_learner(SMALL, run_data, QUIET, torch.device("cpu"))
     loader = make_loader(run_data.val, run_data.tgt_vocab.pad, 300, shuffle=False)
