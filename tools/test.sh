@@ -14,7 +14,14 @@ source tools/setup.sh
 # for tiny models, and no collapse on a busy one.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 
-echo "== nbdev-export, nbdev-clean and tools/readme.py leave the working tree as it was"
+# Each step says how long the one before it took, and the last line the total (bash's SECONDS).
+step() {
+  if [ -n "${step_started:-}" ]; then echo "   (that step: $((SECONDS - step_started)) s)"; fi
+  step_started=$SECONDS
+  echo "== $*"
+}
+
+step "nbdev-export, nbdev-clean and tools/readme.py leave the working tree as it was"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   snapshot() { { git status --porcelain; git diff; } | sha256sum; }
   before=$(snapshot)
@@ -31,20 +38,20 @@ else
   echo "(not a git checkout: skipped)"
 fi
 
-echo "== ruff: every code line within 100 columns, and formatted"
+step "ruff: every code line within 100 columns, and formatted"
 # The notebooks are the source of the exported modules; the rest of the package is written by hand.
 sources=(nbs tests tools benchmarks annotated_transformer/{cli,_chapters}.py)
 ruff check "${sources[@]}"
 ruff format --check "${sources[@]}"
 
-echo "== the chapters' CPU run (runs/multi30k-cpu, which chapters 07 and 08 decode), trained if unfinished"
+step "the chapters' CPU run (runs/multi30k-cpu, which chapters 07 and 08 decode), trained if unfinished"
 python tools/render.py --prepare-run
 
 # A float computed here may differ in its last bits on another processor (AVX2 or AVX-512, Intel or
 # AMD) or thread count: every check compares such floats within a tolerance. Part I's chapters and
 # the tests of its modules run once more on PyTorch's plain C++ kernels and one thread, the
 # arithmetic furthest from the vectorized kernels the rest of the suite runs on.
-echo "== other arithmetic: Part I (nbdev-test, slow cells skipped) and its modules' tests, ATEN_CPU_CAPABILITY=default, one thread"
+step "other arithmetic: Part I (nbdev-test, slow cells skipped) and its modules' tests, ATEN_CPU_CAPABILITY=default, one thread"
 part_one='^0[1-8]_'  # tools/prose.py's PART_I
 numeric=(tests/test_{model,batching,training,losses,decoding}.py)
 export ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1
@@ -55,16 +62,17 @@ unset ATEN_CPU_CAPABILITY OMP_NUM_THREADS
 # The main job below runs every cell of every notebook; nbdev-test adds the notebooks that have
 # slow cells, run without them as a reader who skips them would (Part I's ran above).
 slow=$(grep -l '"#| slow' nbs/[0-9]*.ipynb | xargs -n1 basename | grep -Ev "$part_one" | paste -sd'|')
-echo "== nbdev-test: the other chapters with cells flagged slow (${slow:-none}), run without them"
+step "nbdev-test: the other chapters with cells flagged slow (${slow:-none}), run without them"
 if [ -n "$slow" ]; then
   nbdev-test --n-workers 2 --file-re "^($slow)\$" --timing --cell-timing-min 60
 fi
 
-echo "== the main job: every notebook executed top to bottom (slow cells too) and rendered to test-artifacts/tutorial"
+step "the main job: every notebook executed top to bottom (slow cells too) and rendered to test-artifacts/tutorial"
 timings=test-artifacts/cell-timings.tsv
 python tools/render.py --out test-artifacts/tutorial --timings "$timings"
-echo "== the ten slowest cells of the main job (all of them in $timings)"
+step "the ten slowest cells of the main job (all of them in $timings)"
 head -n 11 "$timings"
 
-echo "== pytest (the browser test reads the tutorial just rendered), and its ten slowest tests"
+step "pytest (the browser test reads the tutorial just rendered), and its ten slowest tests"
 TUTORIAL_DIR=test-artifacts/tutorial python -m pytest -n 2 --dist loadfile --durations=10
+step "done in $SECONDS s"
