@@ -421,17 +421,17 @@ def run_corpus(
     read from, unless `data_dir` says where it is now); else the one the configuration names."""
     if corpus is not None:
         return corpus
-    data = {} if ckpt is None else ckpt.data or {}
     if ckpt is not None and config.corpus == ParallelFiles.name:
-        return recorded_files(data, source)
+        return recorded_files(ckpt.data or {}, source)
     if ckpt is not None and config.corpus == InMemory.name:
         raise ChoiceError(f"{source} was trained on pairs given in Python: pass them again")
-    folder = data_dir if data_dir is not None else data.get(FOLDER)
-    if data_dir is None and folder is not None and not Path(folder).is_dir():
+    recorded = None if ckpt is None else (ckpt.data or {}).get(FOLDER)
+    if data_dir is None and recorded is not None and not Path(recorded).is_dir():
         raise ChoiceError(
-            f"{folder}, the {config.corpus} folder {source} was trained on, is not there: "
+            f"{recorded}, the {config.corpus} folder {source} was trained on, is not there: "
             "pass --data-dir to say where it is now"
         )
+    folder = recorded if data_dir is None else data_dir
     return open_corpus(config.corpus, folder, langs=(config.src_lang, config.tgt_lang))
 
 # %% ../nbs/09_trainer.ipynb #29f1f68b
@@ -452,25 +452,21 @@ def _has_files(split_origin: object) -> bool:
 
 
 def _describe(origin: dict) -> str:
-    "Where a run's data came from, in words (not the folder it was read from)."
+    "Where a run's data came from, in words."
     return "; ".join(
         f"{split}: {' and '.join(map(str, d['files'])) if _has_files(d) else d}"
         for split, d in origin.items()
-        if split != FOLDER
     )
 
 # %% ../nbs/09_trainer.ipynb #26a8edd7
 def check_same_data(trained_on: dict, now: dict, path: Path) -> None:
     """Refuse to resume a run on other data than it was trained on, naming what differs (the same
     data read from another folder is the same data)."""
+    trained_on, now = ({k: v for k, v in o.items() if k != FOLDER} for o in (trained_on, now))
     named_only = any(_has_files(d) and "sha256" not in d for d in trained_on.values())
     key = "files" if named_only else "sha256"  # a run of 0.2 recorded its files' names only
     contents = [
-        {
-            split: d.get(key) if _has_files(d) else d
-            for split, d in origin.items()
-            if split != FOLDER
-        }
+        {split: d.get(key) if _has_files(d) else d for split, d in origin.items()}
         for origin in (trained_on, now)
     ]
     if contents[0] != contents[1]:
