@@ -16,30 +16,27 @@ import itertools
 import json
 import os
 import re
-import signal
 import sys
 import typing
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import NoReturn
 
-import torch
 
 from annotated_transformer import __version__
-from annotated_transformer.checkpoint import average_last, load_checkpoint
 from annotated_transformer.config import ChoiceError, Choices, RuntimeOptions, TrainConfig
 from annotated_transformer.config import check_setting
 from annotated_transformer.data import ParallelFiles, not_a_file, split_pairs
-from annotated_transformer.engines import ENGINES, FORMATS, QUANTIZATIONS, check_export
-from annotated_transformer.engines import check_loading, export_model, load_translator
+from annotated_transformer.engines import ENGINES, FORMATS, QUANTIZATIONS, Export, check_loading
+from annotated_transformer.distributed import out_of_memory
+from annotated_transformer.engines import export_checkpoint, load_translator
 from annotated_transformer.hub import pretrained_name
-from annotated_transformer.model import EncoderDecoder
 from annotated_transformer.trainer import resolve_run_config, run_corpus, train
-from annotated_transformer.translation import PARSING, Parser, Search, SentenceError, Translating
-from annotated_transformer.translation import evaluate
-from annotated_transformer.trees import show_tree
+from annotated_transformer.translation import Search, Translating
+from annotated_transformer.translator import PARSING, Parser, chunks, evaluate, input_lines
+from annotated_transformer.translator import parse_stream, translate_stream
 
 EXAMPLES = """\
 annotated-transformer train --out runs/multi30k                  # Multi30k German->English, words
@@ -140,8 +137,7 @@ OWN_FLAGS = [  # the command line's own flags, which no record holds: (commands,
     ("export", "--quantization", QUANTIZATIONS, "how the weights are stored (default float32)"),
     ("train evaluate translate export parse", "--debug", bool, "on an error, show the traceback"),
 ]  # fmt: skip
-REQUIRED, DEFAULTS = ("--out", "--checkpoint"), {"buffer_size": 100, "quantization": "float32"}
-DEFAULTS |= {"format": "ctranslate2"}
+REQUIRED, DEFAULTS = ("--out", "--checkpoint"), {"buffer_size": 100}
 TOGETHER = (OWN_DATA, ("src", "ref"))  # all of a group or none
 APART = (("train_src", "data_dir"), ("src", "split"))  # not both: your own data, or a corpus's
 INPUTS, OUTPUTS = ("config", *OWN_DATA, "src", "ref"), ("output",)  # files to read, to write
@@ -219,31 +215,13 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _export(args: argparse.Namespace) -> None:
-    path, k, limit, how = args.checkpoint, args.average_last, _max_parameters(args), args.format
-    check_export(path, args.out, args.overwrite, how, args.quantization, k, limit)
-    ckpt = average_last(path, k, max_parameters=limit) if k else load_checkpoint(path, limit)
-    out = export_model(ckpt, args.out, args.quantization, args.overwrite, how)
-    print(f"{out}: a model for {how} ({args.quantization}); how to use it: {out / 'README.md'}")
-
-
-def _stdin_lines() -> Iterator[str]:
-    "Standard input's lines (blank ones too) as they arrive, decoded one by one: errors name lines."
-    binary = getattr(sys.stdin, "buffer", None)  # None: stdin replaced by a text stream (a test)
-    for number, line in enumerate(sys.stdin if binary is None else binary, start=1):
-        if isinstance(line, bytes):
-            try:
-                line = line.decode("utf-8")
-            except UnicodeDecodeError as e:
-                at = f"byte {e.object[e.start]:#04x} at position {e.start + 1}"
-                raise ValueError(f"standard input, line {number}: {at} is not UTF-8 text") from None
-        yield line.rstrip("\r\n")
-
-
-def _chunks(lines: Iterable[str], size: int | None) -> Iterator[list[str]]:
-    "`lines` in lists of `size` (None: one list), each as soon as it is complete; none for none."
-    lines = iter(lines)
-    while chunk := list(itertools.islice(lines, size)):
-        yield chunk
+    asked = {k: getattr(args, k) for k in ("format", "quantization", "average_last", "overwrite")}
+    asked = {k: v for k, v in asked.items() if v is not None}  # the others: Export's defaults
+    how = Export(**asked, max_parameters=_max_parameters(args))
+    out = export_checkpoint(args.checkpoint, args.out, how)
+    print(
+        f"{out}: a model for {how.format} ({how.quantization}); how to use it: {out / 'README.md'}"
+    )
 
 
 def _check_sentences(args: argparse.Namespace) -> None:
@@ -283,103 +261,55 @@ def _translate_inputs(args: argparse.Namespace) -> Iterator[list[str]]:
         raise OSError(f"cannot use {attention.parent} as --attention's folder: {reason}") from None
     if args.sentences:
         return iter([args.sentences])
-    return _chunks(_stdin_lines(), None if args.attention else args.buffer_size)
-
-
-def _output_lines(translator: Translating, lines: list[str], start: int, args) -> list[str]:
-    "What translate prints for input lines start, start + 1, ...: translations, or --nbest's lines."
-    found, text = translator.nbest(lines, args.search), translator.detokenize
-    if args.nbest is None:  # a blank line's [] gives a blank line: the output lines up
-        return [text(best[0][0]) if best else "" for best in found]
-    return [f"{start + i}\t{s:.4f}\t{text(t)}" for i, best in enumerate(found) for t, s in best]
+    return chunks(input_lines(sys.stdin), None if args.attention else args.buffer_size)
 
 
 def _save_attention(translator: Translating, sentences: list[str], layer: int, args, out) -> None:
-    "Print the translations and save each sentence's attention maps, every map made first."
-    from annotated_transformer.visualization import plot_sentence  # seaborn: only when asked
+    "Print the translations and save each sentence's attention maps of `layer`."
+    from annotated_transformer.figures import save_attention_maps  # seaborn: only when asked
 
-    best = translator.translate(sentences, args.search)
-    maps = [translator.attention(s, translation=t) if t else None for s, t in zip(sentences, best)]
-    for i, (tokens, found) in enumerate(zip(best, maps), start=1):
+    for tokens, path in save_attention_maps(
+        translator, sentences, args.attention, layer, args.search
+    ):
         print(translator.detokenize(tokens), file=out)
-        if found is not None:  # a blank line has none
-            path = args.attention
-            path = path.with_stem(f"{path.stem}-{i}") if len(sentences) > 1 else path
-            plot_sentence(found, layer).savefig(path, dpi=100)
+        if path is not None:  # a blank line has none
             print(f"attention of layer {layer} saved to {path}", file=sys.stderr)
 
 
 @contextmanager
-def _ctrl_c_held() -> Iterator[None]:
-    "Hold Ctrl-C back while the block runs: it arrives after, so counts match what was written."
-    pressed = []
-    previous = signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
+def _quiet_if_closed() -> Iterator[None]:
+    "The reader stopped early (`| head`): stop too, quietly."
     try:
         yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if pressed:
-            raise KeyboardInterrupt
-
-
-def _stream(translator: Translating, chunks: Iterable[list[str]], args, out: TextIO) -> None:
-    "Translate and write chunk after chunk; a stop (an error, Ctrl-C) says what was written."
-    read, written = 0, 0  # input lines translated, output lines written (more with --nbest)
-    lines = lambda count: f"{count} line{'' if count == 1 else 's'}"
-    try:
-        for chunk in chunks:
-            refused = None
-            try:
-                output = _output_lines(translator, chunk, read, args)
-            except SentenceError as error:  # the lines before it are written, then it stops
-                refused, chunk = error, chunk[: error.index]
-                output = _output_lines(translator, chunk, read, args) if chunk else []
-            with _ctrl_c_held():  # written and counted, or neither
-                out.writelines(line + "\n" for line in output)
-                out.flush()  # shown now, while the next chunk is read
-                read, written = read + len(chunk), written + len(output)
-            if refused:
-                at = f"input line {read + 1} after writing {lines(written)}"
-                raise ValueError(f"stopped at {at}: line {read + 1} {refused.reason}")
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt(f"interrupted after writing {lines(written)}") from None
+    except BrokenPipeError:  # Python flushes stdout on exiting: not into the closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _translate(args: argparse.Namespace) -> None:
-    chunks = _translate_inputs(args)
-    first = next(chunks, [])  # read, so checked, before the model loads
+    inputs = _translate_inputs(args)
+    first = next(inputs, [])  # read, so checked, before the model loads
     translator = _load(args)
-    model, layer = translator.model, args.layer
     if args.attention:  # the layer it draws: checked against the model before anything is written
-        layers = len(model.encoder.layers) if isinstance(model, EncoderDecoder) else 1
-        layer = layers - 1 if layer is None else layer
-        if not 0 <= layer < layers:
-            raise ChoiceError(
-                f"--layer {layer} is out of range: the model has {layers} layers, "
-                f"numbered 0 to {layers - 1}"
-            )
+        from annotated_transformer.figures import attention_layer  # seaborn: only when asked
+
+        layer = attention_layer(translator.model, args.layer, "--layer")
     output = open(args.output, "x", encoding="utf-8") if args.output else nullcontext(sys.stdout)
-    try:
-        with output as out:  # "x": never over an existing file
-            if args.attention:  # `first` holds every sentence
-                return _save_attention(translator, first, layer, args, out)
-            _stream(translator, itertools.chain([first], chunks), args, out)
-    except BrokenPipeError:  # the reader stopped early (`| head`): stop too, quietly
-        # Python flushes stdout on exiting: not into the closed pipe
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    with _quiet_if_closed(), output as out:  # "x": never over an existing file
+        if args.attention:  # `first` holds every sentence
+            return _save_attention(translator, first, layer, args, out)
+        nbest = args.nbest is not None
+        translate_stream(translator, itertools.chain([first], inputs), out, args.search, nbest)
 
 
 def _parse(args: argparse.Namespace) -> None:
     search = dataclasses.replace(PARSING, **given(args, Search))  # §6.3's search, flags applied
     _check_sentences(args)
-    chunks = [args.sentences] if args.sentences else _chunks(_stdin_lines(), args.buffer_size)
+    stdin = chunks(input_lines(sys.stdin), args.buffer_size)  # read only if no sentences given
     parser = Parser.from_checkpoint(args.checkpoint, args.device, _max_parameters(args))
-    try:
-        for chunk in chunks:
-            for parse in parser.parse(chunk, search):
-                print("" if parse is None else show_tree(parse.tree, args.pretty), flush=True)
-    except BrokenPipeError:  # the reader stopped early (`| head`): stop too, quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    with _quiet_if_closed():
+        parse_stream(
+            parser, [args.sentences] if args.sentences else stdin, sys.stdout, search, args.pretty
+        )
 
 
 COMMANDS = {  # name: (what it does, what runs it, the records whose fields are its flags)
@@ -432,21 +362,13 @@ LESS = dict(train="--max-tokens (or model)", evaluate="--batch-size or --beam") 
 LESS["translate"] = LESS["evaluate"]
 
 
-def _out_of_memory(error: BaseException) -> str | None:
-    "Where memory ran out ('the GPU', 'this machine'), if that is what `error` says; else None."
-    cpu = isinstance(error, RuntimeError) and "can't allocate memory" in str(error)  # PyTorch's
-    if isinstance(error, torch.OutOfMemoryError):
-        return "the GPU"
-    return "this machine" if cpu or isinstance(error, MemoryError) else None
-
-
 def _report(error: BaseException, args: argparse.Namespace) -> tuple[str, int]:
     "What stopped the command, in one line, and the exit status that says what kind of stop."
     if isinstance(error, KeyboardInterrupt):  # Ctrl-C: what was done, if it was said
         return str(error) or "interrupted", 130
     if isinstance(error, (ValueError, OSError)):  # ChoiceError: a usage error
         return f"error: {_one_line(error, args)}", 2 if isinstance(error, ChoiceError) else 1
-    if where := _out_of_memory(error):
+    if where := out_of_memory(error):
         less = f": a smaller {LESS[args.command]} needs less" if args.command in LESS else ""
         return f"error: out of memory on {where}{less}", 1
     if isinstance(error, RecursionError):  # a structure nested too deeply to walk

@@ -21,7 +21,7 @@ from .config import RuntimeOptions
 # %% auto #0
 __all__ = ['PRECISIONS', 'BF16_PEAK_TFLOPS', 'DistributedSetup', 'setup_distributed', 'cleanup_distributed', 'rank_and_world',
            'wrap_for_training', 'unwrap', 'default_precision', 'start_runtime', 'make_scaler', 'gather_objects',
-           'bf16_peak_tflops', 'model_flops_utilization']
+           'out_of_memory', 'bf16_peak_tflops', 'model_flops_utilization']
 
 # %% ../nbs/17_distributed.ipynb #a73f1f04
 @dataclass(frozen=True)
@@ -143,6 +143,14 @@ def gather_objects(
     gathered = [None] * world
     dist.all_gather_object(gathered, obj)
     return gathered
+
+# %% ../nbs/17_distributed.ipynb #bfe79a28
+def out_of_memory(error: BaseException) -> str | None:
+    "Where memory ran out ('the GPU', 'this machine'), if that is what `error` says; else None."
+    cpu = isinstance(error, RuntimeError) and "can't allocate memory" in str(error)  # PyTorch's
+    if isinstance(error, torch.OutOfMemoryError):
+        return "the GPU"
+    return "this machine" if cpu or isinstance(error, MemoryError) else None
 
 # %% ../nbs/17_distributed.ipynb #1cfba2c9
 # dense bfloat16 tensor-core peaks, by a part of the name torch.cuda.get_device_name gives

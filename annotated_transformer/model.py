@@ -8,7 +8,9 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/model.html.m
 from __future__ import annotations
 
 import copy
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -16,7 +18,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 # %% auto #0
-__all__ = ['EncoderDecoder', 'Generator', 'clones', 'SublayerConnection', 'EncoderLayer', 'Encoder', 'DecoderLayer', 'Decoder', 'subsequent_mask', 'check_mask', 'attention', 'split_heads', 'merge_heads', 'attend', 'MultiHeadedAttention', 'PositionwiseFeedForward', 'check_ids', 'Embeddings', 'PositionalEncoding', 'init_weights', 'make_model', 'tie_embeddings', 'ModelConfig', 'count_parameters', 'KINDS', 'attention_modules', 'attach_weight_hooks', 'attention_weights', 'MAX_SIZES', 'check_sizes', 'check_hyperparameters', 'move_rows', 'KVCache', 'patch_to', 'DecoderCache', 'StaticKVCache', 'round_up', 'StaticDecoderCache']
+__all__ = ['POSITIONS', 'MAX_SIZES', 'EncoderDecoder', 'Generator', 'clones', 'SublayerConnection', 'EncoderLayer', 'Encoder',
+           'DecoderLayer', 'Decoder', 'subsequent_mask', 'check_mask', 'attention', 'split_heads', 'merge_heads',
+           'attend', 'MultiHeadedAttention', 'PositionwiseFeedForward', 'check_ids', 'Embeddings', 'PositionalEncoding',
+           'Positions', 'check_sizes', 'check_hyperparameters', 'init_weights', 'make_model', 'tie_embeddings',
+           'ModelConfig', 'count_parameters']
 
 # %% ../nbs/01_model.ipynb #b9d2953d
 class EncoderDecoder(nn.Module):
@@ -336,6 +342,61 @@ class PositionalEncoding(nn.Module):
             raise ValueError(f"a sequence of length {x.size(1)} is over max_len={self.max_len}")
         return self.dropout(x + self.pe[:, : x.size(1)])
 
+# %% ../nbs/01_model.ipynb #35ca9083
+@dataclass(frozen=True)
+class Positions:
+    "A kind of positions: the table added to the embeddings, and the self-attention that uses them."
+
+    table: Callable[..., PositionalEncoding] = PositionalEncoding  # (d_model, dropout, max_len)
+    attention: Callable[..., MultiHeadedAttention] | None = None  # None: MultiHeadedAttention
+
+
+POSITIONS = {  # every kind of positions, by name: make_model, its checks and exporters read it
+    "sinusoidal": Positions(),  # eq. (4)
+    "learned": Positions(functools.partial(PositionalEncoding, learned=True)),  # Table 3 (E)
+}
+
+# %% ../nbs/01_model.ipynb #997fcdc2
+import numbers
+
+# the largest sizes built: a checkpoint asking for more is refused before allocating
+MAX_SIZES = dict(N=48, d_model=8192, d_ff=32768, h=128, max_len=32768, d_k=8192)
+MAX_SIZES.update(src_vocab=1_000_000, tgt_vocab=1_000_000)
+
+
+def check_sizes(**sizes: int) -> None:
+    "Raise a one-line error naming the first size that is not a whole number from 1 to its maximum."
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{name} must be an integer, got {name}={value!r}")
+        if not 1 <= value <= MAX_SIZES[name]:
+            raise ValueError(f"{name} must be from 1 to {MAX_SIZES[name]:,}, got {name}={value}")
+
+# %% ../nbs/01_model.ipynb #80908e8b
+def check_hyperparameters(
+    N: int,
+    d_model: int,
+    d_ff: int,
+    h: int,
+    dropout: float,
+    max_len: int,
+    d_k: int | None = None,  # None: d_model / h
+    positions: str = "sinusoidal",  # a kind in POSITIONS
+    **vocab_sizes: int,  # src_vocab and tgt_vocab, where known
+) -> None:
+    "Raise a one-line error naming the first hyperparameter that does not describe a Transformer."
+    keys = {} if d_k is None else {"d_k": d_k}
+    check_sizes(**vocab_sizes, N=N, d_model=d_model, d_ff=d_ff, h=h, max_len=max_len, **keys)
+    if d_model % h:
+        raise ValueError(f"d_model={d_model} is not divisible by the number of heads h={h}")
+    if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real):
+        raise TypeError(f"dropout must be a number, got dropout={dropout!r}")
+    if not 0.0 <= dropout < 1.0:  # False for nan too
+        raise ValueError(f"dropout must be in [0, 1), got dropout={dropout!r}")
+    if positions not in POSITIONS:
+        kinds = " or ".join(map(repr, POSITIONS))
+        raise ValueError(f"positions must be {kinds}, got positions={positions!r}")
+
 # %% ../nbs/01_model.ipynb #83faac8d
 def init_weights(model: nn.Module) -> nn.Module:
     "Xavier-uniform every weight matrix; a learned position table gets N(0, 0.02^2) instead."
@@ -359,18 +420,18 @@ def make_model(
     norm_first: bool = False,  # pre-norm instead of the paper's post-norm
     share_embeddings: bool = False,  # tie source, target and output weights (§3.4): one vocabulary
     d_k: int | None = None,  # per-head size of queries and keys (Table 3 B); None: d_model / h
-    positions: str = "sinusoidal",  # or "learned" (Table 3 E)
+    positions: str = "sinusoidal",  # a kind in POSITIONS: or "learned" (Table 3 E)
 ) -> EncoderDecoder:
     "Build the Transformer of §3 with Xavier-initialized weights."
-    sizes = dict(src_vocab=src_vocab, tgt_vocab=tgt_vocab)
+    c, sizes = copy.deepcopy, dict(src_vocab=src_vocab, tgt_vocab=tgt_vocab)
     check_hyperparameters(N, d_model, d_ff, h, dropout, max_len, d_k, positions, **sizes)
-    c = copy.deepcopy
-    attn = MultiHeadedAttention(h, d_model, dropout, d_k)
+    attn, kind = MultiHeadedAttention(h, d_model, dropout, d_k), POSITIONS[positions]
+    self_attn = kind.attention(h, d_model, dropout, d_k) if kind.attention else attn
     ff = PositionwiseFeedForward(d_model, d_ff, dropout)
-    position = PositionalEncoding(d_model, dropout, max_len, learned=positions == "learned")
+    position = kind.table(d_model, dropout, max_len)  # added to the embeddings
     model = EncoderDecoder(
-        Encoder(EncoderLayer(d_model, c(attn), c(ff), dropout, norm_first), N),
-        Decoder(DecoderLayer(d_model, c(attn), c(attn), c(ff), dropout, norm_first), N),
+        Encoder(EncoderLayer(d_model, c(self_attn), c(ff), dropout, norm_first), N),
+        Decoder(DecoderLayer(d_model, c(self_attn), c(attn), c(ff), dropout, norm_first), N),
         nn.Sequential(Embeddings(d_model, src_vocab), c(position)),
         nn.Sequential(Embeddings(d_model, tgt_vocab), c(position)),
         Generator(d_model, tgt_vocab),
@@ -404,7 +465,7 @@ class ModelConfig:
     norm_first: bool = False  # pre-norm instead of post-norm
     share_embeddings: bool = False  # three-way weight tying of §3.4
     d_k: int | None = None  # per-head size of queries and keys (Table 3 B); None: d_model / h
-    positions: str = "sinusoidal"  # or "learned" (Table 3 E)
+    positions: str = "sinusoidal"  # a kind in POSITIONS: or "learned" (Table 3 E)
 
     def __post_init__(self):
         "Refuse a nonsensical configuration when it is made (from flags, from a checkpoint)."
@@ -419,383 +480,3 @@ class ModelConfig:
 def count_parameters(model: nn.Module) -> int:
     "Number of distinct trainable parameters (a tied matrix counts once)."
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-# %% ../nbs/10_figures.ipynb #9a1b2c3d
-KINDS = {  # the three kinds of attention, by the names used below
-    "encoder": "encoder self-attention",
-    "decoder_self": "decoder self-attention",
-    "decoder_src": "decoder source attention",
-}
-
-
-def attention_modules(model: EncoderDecoder) -> dict[nn.Module, str]:
-    "Every attention module of the model, with its kind (a key of `KINDS`)."
-    kinds = {}
-    for layer in model.encoder.layers:
-        kinds[layer.self_attn] = "encoder"
-    for layer in model.decoder.layers:
-        kinds[layer.self_attn], kinds[layer.src_attn] = "decoder_self", "decoder_src"
-    return kinds
-
-# %% ../nbs/10_figures.ipynb #9a1b2c40
-def attach_weight_hooks(kinds: dict[nn.Module, str]) -> tuple[dict[str, list[Tensor]], list]:
-    "Make each attention module of `kinds` return its weights and keep them: (found, hooks)."
-    found: dict[str, list[Tensor]] = {kind: [] for kind in KINDS}
-
-    def ask_for_weights(module, args, kwargs):
-        return args, {**kwargs, "need_weights": True}
-
-    def keep_weights(module, args, kwargs, output):
-        found[kinds[module]].append(output[1][0])  # (h, Q, K): the batch's one sentence
-
-    hooks = [
-        hook
-        for module in kinds
-        for hook in (
-            module.register_forward_pre_hook(ask_for_weights, with_kwargs=True),
-            module.register_forward_hook(keep_weights, with_kwargs=True),
-        )
-    ]
-    return found, hooks
-
-# %% ../nbs/10_figures.ipynb #982480a8
-@torch.no_grad()
-def attention_weights(
-    model: EncoderDecoder,
-    src: Tensor,  # (1, S) source ids, <s> and </s> included
-    tgt: Tensor,  # (1, T) decoder input ids, starting with <s>
-    pad: int,  # the padding id of the source
-) -> dict[str, Tensor]:
-    "Every attention weight of one pass over a pair: {kind: (N, h, queries, keys)}; eval mode."
-    found, hooks = attach_weight_hooks(attention_modules(model))
-    model.eval()
-    try:
-        src_mask = (src != pad).unsqueeze(-2)  # (1, 1, S)
-        tgt_mask = subsequent_mask(tgt.size(1)).to(tgt.device)  # (1, T, T)
-        model.decode(model.encode(src, src_mask), src_mask, tgt, tgt_mask)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return {kind: torch.stack(weights) for kind, weights in found.items()}  # layers in order
-
-# %% ../nbs/13_configuration.ipynb #997fcdc2
-import numbers
-
-# the largest sizes built: a checkpoint asking for more is refused before allocating
-MAX_SIZES = dict(N=48, d_model=8192, d_ff=32768, h=128, max_len=32768, d_k=8192)
-MAX_SIZES.update(src_vocab=1_000_000, tgt_vocab=1_000_000)
-
-
-def check_sizes(**sizes: int) -> None:
-    "Raise a one-line error naming the first size that is not a whole number from 1 to its maximum."
-    for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"{name} must be an integer, got {name}={value!r}")
-        if not 1 <= value <= MAX_SIZES[name]:
-            raise ValueError(f"{name} must be from 1 to {MAX_SIZES[name]:,}, got {name}={value}")
-
-# %% ../nbs/13_configuration.ipynb #80908e8b
-def check_hyperparameters(
-    N: int,
-    d_model: int,
-    d_ff: int,
-    h: int,
-    dropout: float,
-    max_len: int,
-    d_k: int | None = None,  # None: d_model / h
-    positions: str = "sinusoidal",  # or "learned"
-    **vocab_sizes: int,  # src_vocab and tgt_vocab, where known
-) -> None:
-    "Raise a one-line error naming the first hyperparameter that does not describe a Transformer."
-    keys = {} if d_k is None else {"d_k": d_k}
-    check_sizes(**vocab_sizes, N=N, d_model=d_model, d_ff=d_ff, h=h, max_len=max_len, **keys)
-    if d_model % h:
-        raise ValueError(f"d_model={d_model} is not divisible by the number of heads h={h}")
-    if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real):
-        raise TypeError(f"dropout must be a number, got dropout={dropout!r}")
-    if not 0.0 <= dropout < 1.0:  # False for nan too
-        raise ValueError(f"dropout must be in [0, 1), got dropout={dropout!r}")
-    if positions not in ("sinusoidal", "learned"):
-        raise ValueError(
-            f"positions must be 'sinusoidal' or 'learned', got positions={positions!r}"
-        )
-
-# %% ../nbs/19_engines.ipynb #679e3618
-def move_rows(x: Tensor, rows: Tensor) -> Tensor:
-    """x (R, ...) with row i taken from row rows[i] (B' <= R of them), in place, copying only the
-    rows that change; return its first B' rows (a view: the rest of the room stays allocated)."""
-    moved = (rows != torch.arange(len(rows), device=rows.device)).nonzero().squeeze(1)
-    x.index_copy_(0, moved, x.index_select(0, rows[moved]))  # x may be a view: it writes through
-    return x[: len(rows)]
-
-# %% ../nbs/19_engines.ipynb #f9666445
-class KVCache:
-    """One self-attention layer's keys and values of the positions decoded so far, in room
-    allocated ahead; reordering the rows copies only the rows that change."""
-
-    def __init__(self, rows: int, h: int, d_k: int, d_v: int, like: Tensor, room: int = 16):
-        self.keys = like.new_empty(rows, h, room, d_k)  # (B, h, room, d_k)
-        self.values = like.new_empty(rows, h, room, d_v)  # (B, h, room, d_v)
-        self.t = 0  # positions filled
-
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, None]:
-        "Store the newest k and v (B, h, 1, d); return all t so far (B, h, t, d), and no mask."
-        if self.t == self.keys.size(2):  # full: twice the room, so a copy only every doubling
-            self.keys = torch.cat([self.keys, torch.empty_like(self.keys)], dim=2)
-            self.values = torch.cat([self.values, torch.empty_like(self.values)], dim=2)
-        self.keys[:, :, self.t], self.values[:, :, self.t] = k[:, :, 0], v[:, :, 0]
-        self.t += 1
-        return self.keys[:, :, : self.t], self.values[:, :, : self.t], None  # views, not copies
-
-    def select(self, rows: Tensor) -> None:
-        "Keep these rows (B',), in this order."
-        if len(rows) != self.keys.size(0):  # rows leave (or are repeated): a cache of the new size
-            self.keys, self.values = self.keys[rows], self.values[rows]
-            return
-        # as many rows: copy only those that take another row's place (in beam search, a beam
-        # that extends itself stays in its row)
-        for cache in (self.keys, self.values):
-            move_rows(cache[:, :, : self.t], rows)  # a view: it writes into the cache
-
-# %% ../nbs/19_engines.ipynb #15643bb3
-from collections.abc import Callable
-
-
-def patch_to(cls: type, as_prop: bool = False) -> Callable[[Callable], Callable]:
-    "Attach the decorated function to `cls` as a method (or a property) of the same name."
-
-    def attach(f: Callable) -> Callable:
-        f.__qualname__ = f"{cls.__name__}.{f.__name__}"
-        setattr(cls, f.__name__, property(f) if as_prop else f)
-        return f
-
-    return attach
-
-# %% ../nbs/19_engines.ipynb #baf9d605
-@patch_to(MultiHeadedAttention)
-def step(self, x: Tensor, cache: KVCache) -> Tensor:
-    """Self-attention of the newest position x (B, 1, D) to itself and the earlier positions,
-    whose keys and values `cache` keeps (x's are appended): (B, 1, D)."""
-    q, k, v = self.heads(x, x, x, start=cache.t)  # (B, h, 1, d_k), (B, h, 1, d_k), (B, h, 1, d_v)
-    keys, values, filled = cache.append(k, v)  # (B, h, T, d_k), (B, h, T, d_v), T >= t + 1
-    # the newest position may attend to every position filled (for one query, this beats SDPA on a
-    # CPU); `filled` is None when the cache holds no others, as here (a fixed-size one: below)
-    out, _ = attention(q, keys, values, filled)  # (B, h, 1, d_v)
-    return self.w_o(merge_heads(out))  # (B, 1, D)
-
-# %% ../nbs/19_engines.ipynb #a21bbb50
-@patch_to(MultiHeadedAttention)
-def memory_heads(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-    "Keys (B, h, S, d_k) and values (B, h, S, d_v) of the encoder output `memory` (B, S, D)."
-    _, k, v = self.heads(memory[:, :1], memory, memory)
-    return k.contiguous(), v.contiguous()  # read at every step: made contiguous once
-
-
-@patch_to(MultiHeadedAttention)
-def step_source(
-    self,
-    x: Tensor,  # (B K, 1, D): the newest position of K rows a sentence, its beams
-    keys: Tensor,  # (B, h, S, d_k): the sentence's, from `memory_heads`
-    values: Tensor,  # (B, h, S, d_v)
-    src_mask: Tensor,  # (B, 1, 1, S)
-) -> Tensor:
-    "Attention of the newest position over the source: (B K, 1, D)."
-    B = keys.size(0)
-    K = x.size(0) // B
-    q = self.w_q(x).view(B, K, self.h, self.d_k).transpose(1, 2)  # (B, h, K, d_k)
-    out, _ = attention(q, keys, values, src_mask)  # (B, h, K, d_v)
-    return self.w_o(out.transpose(1, 2).reshape(B * K, 1, -1))  # (B K, 1, D)
-
-# %% ../nbs/19_engines.ipynb #9f931617
-@patch_to(PositionalEncoding)
-def step(self, x: Tensor, t: int | Tensor) -> Tensor:
-    """Embeddings x (B, 1, D) of position t plus that position's encoding, then dropout; t may be
-    a 0-dim tensor (a fixed-size cache's, below: its room is checked against the table)."""
-    if isinstance(t, Tensor):
-        return self.dropout(x + self.pe.index_select(1, t.view(1)))  # (B, 1, D)
-    if t >= self.max_len:
-        raise ValueError(
-            f"position {t} is beyond the positional-encoding table (max_len={self.max_len})"
-        )
-    return self.dropout(x + self.pe[:, t : t + 1])
-
-# %% ../nbs/19_engines.ipynb #cb0655f0
-class DecoderCache:
-    """What incremental decoding keeps between steps: every decoder layer's self-attention keys and
-    values, and its source keys and values; with `beams=K`, row j * K + b is sentence j's beam b."""
-
-    def __init__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor, beams: int = 1):
-        layers, self.beams = model.decoder.layers, beams
-        # (B, h, S, d_k) and (B, h, S, d_v) per layer, once per sentence (not per beam)
-        self.sources = [layer.src_attn.memory_heads(memory) for layer in layers]
-        self.src_mask = src_mask.unsqueeze(1)  # (B, 1, 1, S): the same for every head and beam
-        attn, rows = layers[0].self_attn, memory.size(0) * beams
-        self.layers = [KVCache(rows, attn.h, attn.d_k, attn.d_v, memory) for _ in layers]
-
-    @property
-    def t(self) -> int:
-        "Positions decoded so far: the position of the next step."
-        return self.layers[0].t
-
-    def select(self, rows: Tensor) -> None:
-        """Keep these rows (B' K,), in this order: every cache follows. Rows come K at a time, each
-        group from one sentence (with K = 1, any rows)."""
-        sentences = rows[:: self.beams] // self.beams  # (B',)
-        if not torch.equal(sentences, torch.arange(self.src_mask.size(0), device=rows.device)):
-            self.src_mask = self.src_mask.index_select(0, sentences)
-            self.sources = [(k[sentences], v[sentences]) for k, v in self.sources]
-        for cache in self.layers:
-            cache.select(rows)
-
-# %% ../nbs/19_engines.ipynb #821a9b2e
-@patch_to(DecoderLayer)
-def step(
-    self,
-    x: Tensor,  # (B K, 1, D): the newest position of every row
-    cache: KVCache,  # this layer's self-attention keys and values so far
-    keys: Tensor,  # (B, h, S, d_k): the source's, from `src_attn.memory_heads`
-    values: Tensor,  # (B, h, S, d_v)
-    src_mask: Tensor,  # (B, 1, 1, S)
-) -> Tensor:
-    "The newest position through the layer's three sub-layers, as `forward` does: (B K, 1, D)."
-    x = self.sublayer[0](x, lambda x: self.self_attn.step(x, cache))
-    x = self.sublayer[1](x, lambda x: self.src_attn.step_source(x, keys, values, src_mask))
-    return self.sublayer[2](x, self.feed_forward)
-
-
-@patch_to(EncoderDecoder)
-def step(self, y: Tensor, cache: DecoderCache) -> Tensor:
-    "The decoder's output (B K, D) for the newest tokens y (B K,), the earlier ones in `cache`."
-    embed, position = self.tgt_embed  # Embeddings, PositionalEncoding
-    x = position.step(embed(y.unsqueeze(1)), cache.t)  # (B K, 1, D)
-    for layer, kv, (keys, values) in zip(self.decoder.layers, cache.layers, cache.sources):
-        x = layer.step(x, kv, keys, values, cache.src_mask)
-    return self.decoder.norm(x)[:, -1]  # the stack's final norm (pre-norm; else the identity)
-
-# %% ../nbs/19_engines.ipynb #ea1b7545
-@patch_to(MultiHeadedAttention, as_prop=True)
-def projections(self) -> dict[str, nn.Linear]:
-    "W^Q, W^K, W^V (all heads side by side) and W^O of eq. (2), by the names q, k, v and o."
-    return dict(q=self.w_q, k=self.w_k, v=self.w_v, o=self.w_o)
-
-
-@patch_to(EncoderLayer, as_prop=True)
-@patch_to(DecoderLayer, as_prop=True)
-def norms(self) -> list[nn.LayerNorm]:
-    "The LayerNorm of each sub-layer, in order: after the residual sum, or before (pre-norm)."
-    return [sublayer.norm for sublayer in self.sublayer]
-
-
-@patch_to(EncoderDecoder, as_prop=True)
-def norm_first(self) -> bool:
-    "Is the model pre-norm (each sub-layer's input normalized, and each stack's output)?"
-    return self.encoder.layers[0].sublayer[0].norm_first
-
-
-@patch_to(PositionalEncoding, as_prop=True)
-def encodings(self) -> Tensor:
-    "The positional table (max_len, D): row t is position t's encoding, sinusoidal or learned."
-    return self.pe[0]
-
-# %% ../nbs/19_engines.ipynb #4ac648b3
-class StaticKVCache:
-    """One self-attention layer's keys and values in a room of L positions: each step writes its
-    position `t` in place and masks those after it, the same shapes until `grow` doubles L."""
-
-    def __init__(self, rows: int, h: int, d_k: int, d_v: int, like: Tensor, room: int, t: Tensor):
-        # zeros, not empty: a masked position gets weight 0, and 0 * nan is nan
-        self.keys = like.new_zeros(rows, h, room, d_k)  # (R, h, L, d_k)
-        self.values = like.new_zeros(rows, h, room, d_v)  # (R, h, L, d_v)
-        self.t = t  # the position of the next step: a 0-dim tensor all the layers share
-
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        "Write k and v (R, h, 1, d) at t; return the room and its positions filled (1, 1, 1, L)."
-        at = self.t.view(1)
-        self.keys.index_copy_(2, at, k)
-        self.values.index_copy_(2, at, v)
-        filled = torch.arange(self.keys.size(2), device=at.device) <= self.t  # (L,)
-        return self.keys, self.values, filled.view(1, 1, 1, -1)
-
-    def select(self, rows: Tensor) -> None:
-        "Keep these rows (B',), in this order: their positions filled move, in place."
-        filled = slice(0, int(self.t))
-        for x in (self.keys, self.values):
-            move_rows(x[:, :, filled], rows)
-        self.keys, self.values = self.keys[: len(rows)], self.values[: len(rows)]
-
-    def grow(self) -> None:
-        "Twice the room, the positions filled copied into it."
-        double = lambda x: torch.cat([x, torch.zeros_like(x)], 2)  # (R, h, 2 L, d)
-        self.keys, self.values = double(self.keys), double(self.values)
-
-# %% ../nbs/19_engines.ipynb #a08436e8
-def round_up(n: int, step: int) -> int:
-    "The multiple of `step` at or above n."
-    return -(-n // step) * step
-
-
-def _two_or_more(rows: Tensor) -> Tensor:
-    "A lone row twice (the compiler would specialize a dimension of 1: see CompiledDecoder)."
-    return rows.repeat(2) if len(rows) == 1 else rows
-
-# %% ../nbs/19_engines.ipynb #03cf4eb1
-class StaticDecoderCache:
-    """`DecoderCache` with few shapes: every layer's keys and values in a `StaticKVCache` of
-    `room` positions, doubled when full, and the source's keys and values padded to a multiple of
-    `source_step` positions, a copy per row. Rows that leave are the room's last rows, so every
-    tensor stays its first rows; at least 2 (one sentence left: its row and an unread copy)."""
-
-    def __init__(
-        self,
-        model: EncoderDecoder,
-        memory: Tensor,  # (B, S, D)
-        src_mask: Tensor,  # (B, 1, S)
-        beams: int = 1,  # K rows a sentence: row j * K + b is sentence j's beam b
-        room: int = 32,  # positions kept to begin with
-        source_step: int = 32,  # the source is padded to a multiple of this
-    ):
-        pad = round_up(memory.size(1), source_step) - memory.size(1)
-        rows = torch.arange(memory.size(0), device=memory.device).repeat_interleave(beams)
-        rows = _two_or_more(rows)  # (R,)
-        self.sources = [
-            tuple(F.pad(x, (0, 0, 0, pad))[rows] for x in layer.src_attn.memory_heads(memory))
-            for layer in model.decoder.layers
-        ]  # (R, h, S', d_k) and (R, h, S', d_v) per layer
-        self.src_mask = F.pad(src_mask, (0, pad))[rows].unsqueeze(1)  # (R, 1, 1, S'): pads False
-        self.t, self.beams = memory.new_zeros((), dtype=torch.long), beams
-        attn, R = model.decoder.layers[0].self_attn, len(rows)
-        self.layers = [
-            StaticKVCache(R, attn.h, attn.d_k, attn.d_v, memory, room, self.t)
-            for _ in model.decoder.layers
-        ]
-
-# %% ../nbs/19_engines.ipynb #8a133a02
-@patch_to(StaticDecoderCache, as_prop=True)
-def room(self) -> int:
-    "Positions each layer's cache holds (filled or not)."
-    return self.layers[0].keys.size(2)
-
-
-@patch_to(StaticDecoderCache, as_prop=True)
-def rows(self) -> int:
-    "Rows computed at every step: the search's, or 2 where it has one."
-    return self.src_mask.size(0)
-
-
-@patch_to(StaticDecoderCache)
-def select(self, rows: Tensor) -> None:
-    "Keep these rows (B',), K at a time; a source moves only to another sentence's rows."
-    rows = _two_or_more(rows)
-    here = torch.arange(len(rows), device=rows.device)
-    sources = torch.where(rows // self.beams == here // self.beams, here, rows)  # (B',)
-    self.src_mask = move_rows(self.src_mask, sources)
-    self.sources = [tuple(move_rows(x, sources) for x in kv) for kv in self.sources]
-    for cache in self.layers:
-        cache.select(rows)
-
-
-@patch_to(StaticDecoderCache)
-def grow(self) -> None:
-    "Twice the room in every layer."
-    for cache in self.layers:
-        cache.grow()

@@ -213,7 +213,7 @@ class RecurrentEncoderDecoder(_RecurrentSteps):
         return self.run(src, tgt, src_mask)[0]
 
     def begin_decoding(self, src: Tensor, src_mask: Tensor) -> RecurrentDecoder:
-        "The decoding chapter's Decoder for this model, before its first step (see `Decodable`)."
+        "Fast decoding's StepDecoder for this model, before its first step (see `Decodable`)."
         if self.training:
             raise ValueError("decoding computes without dropout: call model.eval() first")
         return RecurrentDecoder(self, self.start(src, src_mask))
@@ -227,7 +227,7 @@ class RecurrentEncoderDecoder(_RecurrentSteps):
 
 # %% ../nbs/18_recurrent.ipynb #588e9716
 class RecurrentDecoder:
-    "The decoding chapter's Decoder for the recurrent models: one step per token, state carried."
+    "Fast decoding's StepDecoder for the recurrent models: one step per token, state carried."
 
     def __init__(self, model: RecurrentEncoderDecoder, state: RecurrentState):
         self.model, self.state = model, state

@@ -51,7 +51,8 @@ from .model import count_parameters
 from .runs import RunFolder, claim_run_folder, refuse_links
 from .subwords import SubwordTokenizer, shared_vocab
 from .training import TrainState, Updates, noam_optimizer, optimizer_step
-from .translation import Search, Translator, bleu
+from .translation import Search, bleu
+from .translator import Translator
 
 # %% ../nbs/09_trainer.ipynb #9f550556
 @dataclass(frozen=True)

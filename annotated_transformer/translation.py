@@ -8,20 +8,19 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/translation.
 # %% ../nbs/06_translation.ipynb #7ed902af
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 
-from .checkpoint import RunCheckpoint, load_checkpoint
+import sacrebleu
+
 from .config import ChoiceError, TrainConfig, check_settings, setting
-from .data import Tokenizer, Vocab
+from .data import SpacyTokenizer, Tokenizer
 from .decoding import ALPHA
-from .model import EncoderDecoder
-from .recurrent import RecurrentEncoderDecoder
 
 # %% auto #0
-__all__ = ['GREEDY', 'Scored', 'Search', 'Translating', 'Translator', 'BleuScores', 'bleu', 'AttentionMaps', 'check_kind', 'SentenceError', 'source_tokens', 'check_compilable', 'Evaluation', 'evaluate', 'PARSING', 'Parser', 'ParsingScores', 'score_parses', 'right_branching_scores']
+__all__ = ['GREEDY', 'Scored', 'Search', 'BleuScores', 'bleu', 'Translating']
 
 # %% ../nbs/06_translation.ipynb #4fbe9370
 @dataclass(frozen=True)
@@ -36,11 +35,11 @@ class Search:
         1, "the K best translations of each sentence (K at most --beam)", low=1, metavar="K"
     )
     max_extra: int = setting(50, None, low=0)  # an output's tokens beyond its input's (§6.1)
-    allow_unk: bool = setting(
-        False, "let translations contain <unk> (default: the next best word replaces it)"
-    )
+    allow_unk: bool = setting(False, "let translations contain <unk> (default: the next best word)")
     batch_size: int = setting(128, "sentences decoded together (fewer: less memory)", low=1)
     compile: bool = setting(False, "compile the decoder for speed (a C++ compiler; a slow start)")
+    # the decoding strategy by name; None: greedy search for a beam of 1, beam search above
+    strategy: str | None = setting(None, "decoding strategy (default: by --beam)", metavar="NAME")
 
     def __post_init__(self):
         check_settings(self)
@@ -52,6 +51,49 @@ class Search:
 
 
 GREEDY = Search()
+
+# %% ../nbs/06_translation.ipynb #ed96e3d2
+@dataclass
+class BleuScores:
+    "Corpus BLEU of a set of translations."
+
+    sacrebleu: float  # cased, detokenized, 13a
+    signature: str  # sacreBLEU's description of how `sacrebleu` was computed
+    # spaCy tokens, lowercased, tokenize="none"; None for subwords
+    tokenized_lowercase: float | None
+    # sacreBLEU's own report of `sacrebleu`
+    # (its JSON: score, verbose score, signature and its parts)
+    fields: dict
+
+    def __str__(self) -> str:
+        lower = (
+            f"; tokenized lowercased BLEU {self.tokenized_lowercase:.2f}"
+            if self.tokenized_lowercase is not None
+            else ""
+        )
+        return f"sacreBLEU {self.sacrebleu:.2f} ({self.signature}){lower}"
+
+# %% ../nbs/06_translation.ipynb #c1b2e008
+def bleu(
+    hypotheses: Sequence[Sequence[str]],  # target tokens
+    references: Sequence[str],  # raw sentences
+    tokenizer: Tokenizer,  # the target side's: it detokenizes the hypotheses
+) -> BleuScores:
+    "BLEU scores of hypothesis token lists against raw reference sentences."
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
+    metric = sacrebleu.metrics.BLEU()
+    cased = metric.corpus_score([tokenizer.detokenize(h) for h in hypotheses], [list(references)])
+    signature = str(metric.get_signature())
+    fields = json.loads(cased.format(signature=signature, is_json=True))
+    if not isinstance(tokenizer, SpacyTokenizer):  # subword pieces are not words
+        return BleuScores(cased.score, signature, None, fields)
+    ref_tokens = tokenizer.tokenize(references)
+    # force=True: sacreBLEU warns about tokenized input, which this score uses on purpose
+    lower = sacrebleu.metrics.BLEU(tokenize="none", lowercase=True, force=True).corpus_score(
+        [" ".join(h) for h in hypotheses], [[" ".join(r) for r in ref_tokens]]
+    )
+    return BleuScores(cased.score, signature, lower.score, fields)
 
 # %% ../nbs/06_translation.ipynb #676236eb
 Scored = tuple[list[str], float]  # a translation's target tokens and its score
@@ -86,438 +128,3 @@ class Translating(Protocol):
     ) -> BleuScores:
         "BLEU of the translations of `sentences` against `references`."
         return bleu(self.translate(sentences, search), references, self.tgt_tokenizer)
-
-# %% ../nbs/06_translation.ipynb #3c52f7eb
-@dataclass
-class Translator(Translating):
-    "A trained model in use: the model, its vocabularies and its tokenizers; text in, text out."
-
-    model: EncoderDecoder | RecurrentEncoderDecoder
-    src_vocab: Vocab
-    tgt_vocab: Vocab
-    src_tokenizer: Tokenizer
-    tgt_tokenizer: Tokenizer
-    config: TrainConfig | None = None  # the run's settings, when it came from a checkpoint
-
-    @classmethod
-    def from_checkpoint(cls, ckpt: RunCheckpoint | str | Path, device: str = "cpu") -> Translator:
-        "The model of a checkpoint (a record, or its file) in eval mode, on `device`."
-        ckpt = ckpt if isinstance(ckpt, RunCheckpoint) else load_checkpoint(ckpt)
-        model = ckpt.build_model().to(device)
-        return cls(model, ckpt.src_vocab, ckpt.tgt_vocab, *ckpt.tokenizers(), ckpt.config)
-
-    def nbest(
-        self, sentences: Sequence[str], search: Search = GREEDY, progress: bool = False
-    ) -> list[list[Scored]]:
-        "Each sentence's `search.nbest` best (target tokens, score), best first; none if blank."
-        return _nbest(self, sentences, search, progress)
-
-    def attention(
-        self, sentence: str, translation: Sequence[str] | None = None, search: Search = GREEDY
-    ) -> AttentionMaps:
-        "The model's attention translating `sentence` (or producing `translation`'s tokens)."
-        return _attention(self, sentence, translation, search)
-
-# %% ../nbs/19_engines.ipynb #b2d0a002
-import json
-import os
-import shutil
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
-
-import sacrebleu
-import torch
-from torch import Tensor, nn
-from tqdm import tqdm
-
-from .config import ChoiceError, arch_of
-from .data import SpacyTokenizer, Tokenizer, Vocab, read_lines
-from .decoding import beam_search, greedy_search
-from .model import KINDS, attention_weights, count_parameters
-from .recurrent import RecurrentEncoderDecoder
-
-# %% ../nbs/19_engines.ipynb #6a49081d
-def _search_batch(
-    model: nn.Module,
-    src_vocab: Vocab,
-    tgt_vocab: Vocab,
-    tokens: Sequence[Sequence[str]],  # the source tokens of each sentence
-    search: Search,
-) -> list[list[Scored]]:
-    "The `search.nbest` best (target tokens, score) of each tokenized sentence, best first."
-    ids = [torch.tensor(src_vocab.encode_sentence(t)) for t in tokens]
-    limits = [len(i) + search.max_extra for i in ids]  # each sentence's own: its length plus 50
-    device = next(model.parameters()).device
-    src = nn.utils.rnn.pad_sequence(ids, batch_first=True, padding_value=src_vocab.pad)  # (B, S)
-    src = src.to(device)
-    src_mask = (src != src_vocab.pad).unsqueeze(-2)  # (B, 1, S)
-    banned = (*tgt_vocab.never, *(() if search.allow_unk else (tgt_vocab.unk,)))
-    ends = (tgt_vocab.bos, tgt_vocab.eos)
-    how = dict(banned=banned, compiled=search.compile)
-    if search.beam_size == 1:
-        found = [[best] for best in greedy_search(model, src, src_mask, limits, *ends, **how)]
-    else:
-        beams = dict(beam_size=search.beam_size, alpha=search.alpha)
-        found = beam_search(model, src, src_mask, limits, *ends, **beams, **how)
-    return [[(tgt_vocab.decode(out), s) for out, s in best[: search.nbest]] for best in found]
-
-# %% ../nbs/19_engines.ipynb #ed96e3d2
-@dataclass
-class BleuScores:
-    "Corpus BLEU of a set of translations."
-
-    sacrebleu: float  # cased, detokenized, 13a
-    signature: str  # sacreBLEU's description of how `sacrebleu` was computed
-    # spaCy tokens, lowercased, tokenize="none"; None for subwords
-    tokenized_lowercase: float | None
-    # sacreBLEU's own report of `sacrebleu`
-    # (its JSON: score, verbose score, signature and its parts)
-    fields: dict
-
-    def __str__(self) -> str:
-        lower = (
-            f"; tokenized lowercased BLEU {self.tokenized_lowercase:.2f}"
-            if self.tokenized_lowercase is not None
-            else ""
-        )
-        return f"sacreBLEU {self.sacrebleu:.2f} ({self.signature}){lower}"
-
-# %% ../nbs/19_engines.ipynb #c1b2e008
-def bleu(
-    hypotheses: Sequence[Sequence[str]],  # target tokens
-    references: Sequence[str],  # raw sentences
-    tokenizer: Tokenizer,  # the target side's: it detokenizes the hypotheses
-) -> BleuScores:
-    "BLEU scores of hypothesis token lists against raw reference sentences."
-    if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
-    metric = sacrebleu.metrics.BLEU()
-    cased = metric.corpus_score([tokenizer.detokenize(h) for h in hypotheses], [list(references)])
-    signature = str(metric.get_signature())
-    fields = json.loads(cased.format(signature=signature, is_json=True))
-    if not isinstance(tokenizer, SpacyTokenizer):  # subword pieces are not words
-        return BleuScores(cased.score, signature, None, fields)
-    ref_tokens = tokenizer.tokenize(references)
-    # force=True: sacreBLEU warns about tokenized input, which this score uses on purpose
-    lower = sacrebleu.metrics.BLEU(tokenize="none", lowercase=True, force=True).corpus_score(
-        [" ".join(h) for h in hypotheses], [[" ".join(r) for r in ref_tokens]]
-    )
-    return BleuScores(cased.score, signature, lower.score, fields)
-
-# %% ../nbs/19_engines.ipynb #63136008
-@dataclass
-class AttentionMaps:
-    "The attention weights of one sentence pair, with the tokens along each axis."
-
-    src_tokens: list[str]  # the encoder's input, <s> and </s> included
-    tgt_tokens: list[str]  # the decoder's input: <s> and the translation
-    weights: dict[str, Tensor]  # kind -> (N, h, queries, keys)
-
-    @property
-    def kinds(self) -> list[str]:
-        "The kinds these maps hold, in KINDS' order: all three, or a recurrent model's one."
-        return [kind for kind in KINDS if kind in self.weights]
-
-    def axes(self, kind: str) -> tuple[list[str], list[str]]:
-        "The tokens of the rows (queries) and columns (keys) of a kind of attention."
-        check_kind(kind)
-        return {
-            "encoder": (self.src_tokens, self.src_tokens),
-            "decoder_self": (self.tgt_tokens, self.tgt_tokens),
-            "decoder_src": (self.tgt_tokens, self.src_tokens),
-        }[kind]
-
-
-def check_kind(kind: str) -> None:
-    "Raise a clear error unless `kind` names a kind of attention."
-    if kind not in KINDS:
-        raise ValueError(f"unknown kind of attention {kind!r}; choose one of {', '.join(KINDS)}")
-
-# %% ../nbs/19_engines.ipynb #5b0cd53a
-class SentenceError(ValueError):
-    "A sentence the model cannot translate; `index` is its place in the sentences given."
-
-    def __init__(self, index: int, reason: str):
-        super().__init__(f"sentence {index} {reason}")
-        self.index, self.reason = index, reason
-
-
-def source_tokens(
-    tokenizer: Tokenizer,  # the source side's
-    sentences: Sequence[str],
-    max_len: int,  # the longest sequence the model can read or write
-    max_extra: int,  # the room an output needs beyond its source's length (`Search.max_extra`)
-) -> dict[int, list[str]]:
-    "The source tokens of each sentence that is not blank, by its place; a too long one refused."
-    rows = [i for i, s in enumerate(sentences) if s.strip()]
-    tokens = dict(zip(rows, tokenizer.tokenize([sentences[i] for i in rows])))
-    longest = max_len - max_extra - 2  # <s>, </s> and room for the output
-    too_long = [i for i, t in tokens.items() if len(t) > longest]
-    if too_long:
-        i = too_long[0]
-        room = f"at most {longest}" if longest > 0 else f"max_len={max_len} leaves room for none"
-        reason = f"has {len(tokens[i])} tokens, too long for this model ({room})"
-        raise SentenceError(i, reason)
-    return tokens
-
-# %% ../nbs/19_engines.ipynb #c1b2e003
-def check_compilable(model: nn.Module) -> None:
-    "Refuse `compile` in one line where it cannot run: not a Transformer, or no C++ compiler."
-    if not isinstance(model, EncoderDecoder):
-        raise ChoiceError(f"--compile compiles a Transformer's decoder, not {type(model).__name__}")
-    compilers = (os.environ.get("CXX"), "g++", "clang++", "c++")
-    if not any(shutil.which(c) for c in compilers if c):  # inductor writes C++ for the CPU
-        raise ChoiceError("--compile needs a C++ compiler (g++, clang++ or $CXX); none found")
-
-
-def _nbest(
-    translator: Translator, sentences: Sequence[str], search: Search, progress: bool
-) -> list[list[Scored]]:
-    "The best (target tokens, score) of each sentence, decoded in batches of similar length."
-    t = translator
-    if search.compile:
-        check_compilable(t.model)
-    tokens = source_tokens(t.src_tokenizer, sentences, t.model.max_len, search.max_extra)
-    order = sorted(tokens, key=lambda i: len(tokens[i]))  # less padding
-    results: list[list[Scored]] = [[] for _ in sentences]  # none for a blank sentence
-    t.model.eval()
-    starts = range(0, len(order), search.batch_size)
-    hidden = None if progress else True  # None: a bar on a terminal only
-    for start in tqdm(starts, desc="translating", disable=hidden, leave=False):
-        rows = order[start : start + search.batch_size]
-        found = _search_batch(t.model, t.src_vocab, t.tgt_vocab, [tokens[i] for i in rows], search)
-        for i, best in zip(rows, found):
-            results[i] = best
-    return results
-
-# %% ../nbs/19_engines.ipynb #b4f10f65
-def _source_words(
-    translator: Translator,
-    sentence: str,
-    search: Search,
-    max_unknown: float = 0.5,  # refuse a sentence with more of its tokens outside the vocabulary
-) -> list[str]:
-    "The tokens of a sentence to draw: refused if blank, too long, or mostly unknown to the model."
-    t = translator
-    found = source_tokens(t.src_tokenizer, [sentence], t.model.max_len, search.max_extra)
-    if not found:
-        raise SentenceError(0, "is empty: there is nothing to translate")
-    unknown = [w for w in found[0] if w not in t.src_vocab.stoi]
-    if len(unknown) > max_unknown * len(found[0]):
-        raise ValueError(
-            f"{len(unknown)} of the {len(found[0])} tokens of {sentence!r} are not in the "
-            f"model's source vocabulary ({', '.join(unknown[:4])}, ...): is the sentence "
-            f"in the language the model translates from?"
-        )
-    return found[0]
-
-# %% ../nbs/19_engines.ipynb #c1b2e004
-def _attention(
-    translator: Translator,
-    sentence: str,
-    translation: Sequence[str] | None,  # its target tokens; translated with `search` if None
-    search: Search,
-) -> AttentionMaps:
-    "The attention weights of the model translating `sentence`, with the tokens of both sentences."
-    words = _source_words(translator, sentence, search)
-    src_vocab, tgt_vocab = translator.src_vocab, translator.tgt_vocab
-    if translation is None:
-        translation = translator.translate([sentence], search)[0]
-    model = translator.model
-    device = next(model.parameters()).device
-    src = torch.tensor([src_vocab.encode_sentence(words)], device=device)  # (1, S)
-    # (1, T), no </s>
-    tgt = torch.tensor([tgt_vocab.encode_sentence(translation)[:-1]], device=device)
-    if tgt.size(1) > model.max_len:
-        raise ValueError(f"the translation has {tgt.size(1) - 1} tokens, too long for this model")
-    if isinstance(model, RecurrentEncoderDecoder):  # one attention, over the source
-        found = model.attention_weights(src, tgt, src_vocab.pad)
-    else:
-        found = attention_weights(model, src, tgt, src_vocab.pad)
-    weights = {kind: w.cpu() for kind, w in found.items()}
-    itos = lambda vocab, ids: [vocab.itos[i] for i in ids[0].tolist()]
-    return AttentionMaps(itos(src_vocab, src), itos(tgt_vocab, tgt), weights)
-
-# %% ../nbs/19_engines.ipynb #c1b2e010
-def _parameters(translator: Translator) -> int:
-    "The model's parameters, a tied matrix counted once."
-    return count_parameters(translator.model)
-
-
-Translator.parameters = property(_parameters)  # part of `Translating`; reports print it
-
-# %% ../nbs/19_engines.ipynb #c1b2e013
-@dataclass
-class Evaluation:
-    "BLEU of a translator on a test set, with the settings that made the translations."
-
-    scores: BleuScores
-    hypotheses: list[list[str]]  # each source's translation's target tokens ([] for a blank one)
-    settings: dict  # data, sentences, checkpoint, arch, parameters, engine, search, average_last
-
-    def __str__(self) -> str:
-        "The report's line: the data, how it was translated, and the scores."
-        s = self.settings
-        how = "greedy" if s["beam"] == 1 else f"beam {s['beam']}, alpha {s['alpha']}"
-        if s["average_last"]:
-            how += f", average of the last {s['average_last']} epochs"
-        how += ", <unk> allowed" if s["allow_unk"] else ""
-        how += ", CTranslate2" if s["engine"] == "ctranslate2" else ""
-        return f"{s['data']} ({s['sentences']} sentences, {how}): {self.scores}"
-
-    def to_dict(self) -> dict:
-        "sacreBLEU's fields, then the settings: the command line's JSON."
-        lower = self.scores.tokenized_lowercase
-        return {**self.scores.fields, "tokenized_lowercase": lower, **self.settings}
-
-    def loaded_from(self, checkpoint: str | Path, average_last: int | None = None) -> Evaluation:
-        "The same, with where the model came from in its settings."
-        loaded = dict(checkpoint=str(checkpoint), average_last=average_last)
-        return replace(self, settings={**self.settings, **loaded})
-
-# %% ../nbs/19_engines.ipynb #c1b2e016
-def _test_set(
-    sources: Sequence[str] | Path, references: Sequence[str] | Path
-) -> tuple[list[str], list[str]]:
-    "The sentences and their references, read from their files if given as paths, line by line."
-    read = lambda x: read_lines(x, allow_empty=True) if isinstance(x, Path) else list(x)
-    src, ref = read(sources), read(references)
-    if len(src) != len(ref):
-        name = lambda x, what: str(x) if isinstance(x, Path) else what
-        raise ValueError(
-            f"{name(sources, 'the sources')} has {len(src)} lines but "
-            f"{name(references, 'the references')} has {len(ref)}: the references must "
-            f"translate the sources line by line"
-        )
-    if not src:  # sacreBLEU has no score for no sentences
-        shown = str(sources) if isinstance(sources, Path) else "the sources"
-        raise ValueError(f"{shown} holds no sentences: nothing to evaluate")
-    return src, ref
-
-# %% ../nbs/19_engines.ipynb #c1b2e018
-def evaluate(
-    translator: Translating,
-    sources: Sequence[str] | Path,  # sentences, or a file of them (plain or .gz), one a line
-    references: Sequence[str] | Path,  # their reference translations, line by line
-    search: Search = GREEDY,
-    name: str | None = None,  # the test set's (default: the sources' file name, or "test")
-    progress: bool = False,  # a progress bar
-) -> Evaluation:
-    "BLEU of the translations of `sources` against `references`, with the settings that made it."
-    src, ref = _test_set(sources, references)
-    name = name or (sources.name if isinstance(sources, Path) else "test")
-    try:
-        hypotheses = translator.translate(src, search, progress)
-    except SentenceError as error:
-        raise ValueError(f"{name}, line {error.index + 1}: {error.reason}") from None
-    c, s = translator.config, search
-    settings = dict(data=name, sentences=len(src), checkpoint=None)
-    settings |= dict(arch=arch_of(c.model) if c else None, parameters=translator.parameters)
-    settings |= dict(engine=translator.engine, beam=s.beam_size, alpha=s.alpha)
-    settings |= dict(average_last=None, allow_unk=s.allow_unk)
-    scores = bleu(hypotheses, ref, translator.tgt_tokenizer)
-    return Evaluation(scores, hypotheses, settings)
-
-# %% ../nbs/19_hub.ipynb #4f8c1c27
-from .config import MAX_PARAMETERS
-from .hub import load_pretrained
-
-
-def _from_pretrained(
-    cls,
-    name: str,  # a Hub name, e.g. Helsinki-NLP/opus-mt-de-en (internet needed), or a folder
-    device: str = "cpu",
-    activation: str | None = None,  # None: the model's own (swish in OPUS-MT); relu: the paper's
-    max_parameters: int = MAX_PARAMETERS,  # a model declaring more is refused before loading
-) -> Translator:
-    "A Marian (or Pegasus) model of the Hugging Face Hub, or of a folder, in our own model."
-    model, *rest = load_pretrained(name, activation, max_parameters)
-    return cls(model.to(device), *rest)
-
-
-Translator.from_pretrained = classmethod(_from_pretrained)
-
-# %% ../nbs/20_parsing.ipynb #bf2cf223
-from typing import TYPE_CHECKING
-
-from .config import MAX_PARAMETERS
-from annotated_transformer.trees import (
-    Delinearized,
-    ParseScores,
-    Treebank,
-    delinearize,
-    evalb,
-    treebank_words,
-    right_branching,
-    tags,
-    with_tags,
-)
-
-if TYPE_CHECKING:
-    from nltk import Tree
-
-# %% ../nbs/20_parsing.ipynb #730ad8e5
-PARSING = Search(beam_size=21, alpha=0.3, max_extra=300)  # §6.3's decoding
-
-# %% ../nbs/20_parsing.ipynb #b78a8703
-@dataclass
-class Parser:
-    "A model trained on the treebank, in use: sentences (space-separated words) in, trees out."
-
-    translator: Translating
-
-    @classmethod
-    def from_checkpoint(
-        cls, path: str | Path, device: str = "cpu", max_parameters: int = MAX_PARAMETERS
-    ) -> Parser:
-        "The parser a run's checkpoint holds; refused if the run did not train on the treebank."
-        ckpt = load_checkpoint(path, max_parameters=max_parameters)
-        if ckpt.config.corpus != Treebank.name:
-            raise ChoiceError(
-                f"{path} was trained on {ckpt.config.corpus}, not on the treebank: "
-                "it translates, it does not parse (translate it instead)"
-            )
-        return cls(Translator.from_checkpoint(ckpt, device))
-
-    def parse(
-        self, sentences: Sequence[str], search: Search = PARSING, progress: bool = False
-    ) -> list[Delinearized | None]:
-        "Each sentence's tree over its words, repaired if it had to be; None for a blank one."
-        words = [treebank_words(sentence) for sentence in sentences]
-        outputs = self.translator.translate([" ".join(w) for w in words], search, progress)
-        return [delinearize(out, w) if w else None for out, w in zip(outputs, words)]
-
-# %% ../nbs/20_parsing.ipynb #982ed53e
-@dataclass(frozen=True)
-class ParsingScores:
-    "A parser on a test set: EVALB's summaries and the share of outputs that needed no repair."
-
-    scores: ParseScores
-    well_formed: float  # in percent
-    one_slot_per_word: float  # in percent: outputs with as many XX as the sentence has words
-
-    def to_dict(self) -> dict:
-        "The numbers, for a results file."
-        scores = self.scores
-        return {
-            "well_formed": self.well_formed,
-            "one_slot_per_word": self.one_slot_per_word,
-            "all": scores.all.to_dict(),
-            "short": scores.short.to_dict(),
-        }
-
-# %% ../nbs/20_parsing.ipynb #6dbae077
-def score_parses(golds: Sequence[Tree], parses: Sequence[Delinearized]) -> ParsingScores:
-    "EVALB of `parses` against `golds` (given the gold tags); the shares well-formed, well counted."
-    tests = [with_tags(p.tree, tags(gold)) for p, gold in zip(parses, golds)]
-    share = lambda hits: 100 * sum(hits) / max(len(parses), 1)
-    well_formed = share(p.well_formed for p in parses)
-    counted = share(p.slots == len(gold.leaves()) for p, gold in zip(parses, golds))
-    return ParsingScores(evalb(golds, tests), well_formed, counted)
-
-
-def right_branching_scores(golds: Sequence[Tree]) -> ParsingScores:
-    "The right-branching baseline's scores on `golds` (all its trees are well-formed)."
-    parses = [Delinearized(right_branching(g.leaves()), True, len(g.leaves())) for g in golds]
-    return score_parses(golds, parses)

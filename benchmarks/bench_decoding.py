@@ -1,5 +1,5 @@
 """Decoding speed on the CPU: the earlier notebook's way against the cached, batched searches of
-the engines chapter (fast decoding).
+the fast decoding chapter (nbs/19_fast_decoding.ipynb).
 
 Four ways to translate the same German sentences (test2016 by default), one after the other in one
 run:
@@ -34,7 +34,8 @@ from torch import nn
 from annotated_transformer.checkpoint import load_checkpoint
 from annotated_transformer.config import TrainConfig
 from annotated_transformer.data import Vocab, load_multi30k, load_tokenizers
-from annotated_transformer.decoding import beam_search, greedy_decode, greedy_search
+from annotated_transformer.decoding import greedy_decode
+from annotated_transformer.fast_decoding import beam_search, greedy_search
 
 
 def load_model(args: argparse.Namespace):

@@ -27,9 +27,9 @@ What is checked, on the rendered pages:
 8. No code cell is wider than its box: at a 1400 px wide window no code or output block of any page
    (folded imports included) scrolls sideways; a failure names the page and the lines too long.
 9. The heatmaps' labels are readable: on the attention chapter, every figure of
-   annotated_transformer/visualization.py (at most COLUMN inches wide at the dpi its PNG records)
+   annotated_transformer/figures.py (at most COLUMN inches wide at the dpi its PNG records)
    shows its LABEL_POINTS labels at 10 CSS px or more.
-10. Citations resolve: every link of every page to the references page (21_references.html#...)
+10. Citations resolve: every link of every page to the references page (24_references.html#...)
     leads to an element of that page with that id, and Part 1 has such links.
 11. The interactive attention view works by keyboard and on a phone: its tokens are reached with Tab
     and the arrow keys, and a focused token shows the weights that pointing at it shows; at 420 px
@@ -69,16 +69,15 @@ import pytest
 import torch
 from PIL import Image
 
-from annotated_transformer import visualization
-from annotated_transformer.model import ModelConfig, attention_weights
-from annotated_transformer.translation import AttentionMaps
-from annotated_transformer.visualization import AttentionView
+from annotated_transformer import figures
+from annotated_transformer.figures import AttentionMaps, AttentionView, attention_weights
+from annotated_transformer.model import ModelConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 SCREENSHOTS = ARTIFACTS / "screenshots"
 WIDE, NARROW = 1400, 420  # window widths: a laptop's, a phone's
-REFERENCES = "21_references.html"  # the page the citations link to (tools/render.py's REFERENCES)
+REFERENCES = "24_references.html"  # the page the citations link to (tools/render.py's REFERENCES)
 # pages with no imports to fold and few sections; the command line's snippets keep their imports
 # so that each can be copied whole
 NOT_CHAPTERS = ("index.html", "16_command_line.html", REFERENCES)
@@ -575,9 +574,9 @@ def test_the_heatmaps_labels_are_readable(tutorial: Path, page) -> None:
     for i in range(images.count()):
         dpi = png_dpi(images.nth(i).get_attribute("src"))
         natural, width = images.nth(i).evaluate("img => [img.naturalWidth, img.clientWidth]")
-        if natural <= visualization.COLUMN * dpi + 2:  # never wider than the column: not shrunk
+        if natural <= figures.COLUMN * dpi + 2:  # never wider than the column: not shrunk
             labels.append(
-                (i, dpi, natural, width, visualization.LABEL_POINTS * dpi / 72 * width / natural)
+                (i, dpi, natural, width, figures.LABEL_POINTS * dpi / 72 * width / natural)
             )
     assert len(labels) >= 4, f"{len(labels)} heatmap figures on the attention chapter: {labels}"
     small = [label for label in labels if label[-1] < 10]

@@ -41,7 +41,7 @@ from annotated_transformer.model import ModelConfig
 from annotated_transformer.subwords import SubwordTokenizer
 from annotated_transformer.trainer import train
 from annotated_transformer.training import TrainState, noam_optimizer
-from annotated_transformer.translation import Translator
+from annotated_transformer.translator import Translator
 
 SMALL = ModelConfig(N=1, d_model=16, d_ff=32, h=2)
 QUIET = dict(options=RuntimeOptions(progress=False), log=lambda _: None)

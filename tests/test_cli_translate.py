@@ -32,7 +32,7 @@ from synthetic import synthetic_pairs, write_lines
 
 from annotated_transformer.checkpoint import load_checkpoint
 from annotated_transformer.cli import main
-from annotated_transformer.decoding import beam_search
+from annotated_transformer.fast_decoding import beam_search
 from annotated_transformer.model import count_parameters
 
 SENTENCES = [
@@ -164,7 +164,7 @@ def test_a_reader_that_stops_early_stops_the_command_quietly(streaming) -> None:
 
 def test_the_chunks_of_standard_input_are_read_one_at_a_time() -> None:
     "A chunk is cut as soon as its lines are in: no more of the input is read before it is used."
-    from annotated_transformer.cli import _chunks
+    from annotated_transformer.translator import chunks
 
     read = []
 
@@ -173,13 +173,13 @@ def test_the_chunks_of_standard_input_are_read_one_at_a_time() -> None:
             read.append(i)
             yield f"line {i}"
 
-    chunks = _chunks(endless(), 2)
+    found = chunks(endless(), 2)
     assert read == []  # nothing read before the first chunk is asked for
-    assert next(chunks) == ["line 0", "line 1"] and read == [0, 1]
-    assert next(chunks) == ["line 2", "line 3"] and read == [0, 1, 2, 3]
-    assert list(_chunks(iter(["a", "b", "c"]), 2)) == [["a", "b"], ["c"]]
-    assert list(_chunks(iter(["a", "b"]), None)) == [["a", "b"]]  # --attention: all at once
-    assert list(_chunks(iter([]), 2)) == []
+    assert next(found) == ["line 0", "line 1"] and read == [0, 1]
+    assert next(found) == ["line 2", "line 3"] and read == [0, 1, 2, 3]
+    assert list(chunks(iter(["a", "b", "c"]), 2)) == [["a", "b"], ["c"]]
+    assert list(chunks(iter(["a", "b"]), None)) == [["a", "b"]]  # --attention: all at once
+    assert list(chunks(iter([]), 2)) == []
 
 
 # =========================================================================== 2. --output

@@ -21,9 +21,11 @@ import torch
 from torch._dynamo.utils import counters
 
 from annotated_transformer.config import ChoiceError, ModelConfig
-from annotated_transformer.decoding import beam_search, compiled_step, greedy_search
-from annotated_transformer.model import EncoderDecoder, StaticDecoderCache
-from annotated_transformer.translation import Search, Translator, check_compilable
+from annotated_transformer.fast_decoding import beam_search, compiled_step, greedy_search
+from annotated_transformer.fast_decoding import StaticDecoderCache
+from annotated_transformer.model import EncoderDecoder
+from annotated_transformer.translation import Search
+from annotated_transformer.translator import Translator, check_compilable
 
 pytestmark = pytest.mark.skipif(
     sys.platform == "win32", reason="inductor's C++ code for the CPU is built with g++ or clang++"

@@ -28,16 +28,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from annotated_transformer.batching import copy_task_batches
-from annotated_transformer.decoding import (
+from annotated_transformer.decoding import Hypothesis, beam_decode, greedy_decode, length_penalty
+from annotated_transformer.fast_decoding import (
     CachedDecoder,
-    Decoder,
-    Hypothesis,
     PrefixDecoder,
-    beam_decode,
+    StepDecoder,
     beam_search,
-    greedy_decode,
     greedy_search,
-    length_penalty,
 )
 from annotated_transformer.losses import LabelSmoothing, sequence_loss
 from annotated_transformer.model import ModelConfig, subsequent_mask
@@ -433,7 +430,7 @@ def test_greedy_search_drives_a_model_that_begins_decoding_itself() -> None:
     for h in found:
         assert h.score == pytest.approx(model.logp(h.tokens), abs=1e-6)
     [decoder] = model.decoders
-    assert isinstance(decoder, Decoder)
+    assert isinstance(decoder, StepDecoder)
     # fed the start symbol, then each step's choice; a sentence's row leaves once it is done
     assert decoder.fed == [[START] * 3, [5, 5], [6]]
 

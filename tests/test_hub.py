@@ -1,7 +1,7 @@
 """To and from the Hugging Face ecosystem (annotated_transformer.hub): `export --format
-transformers` and `Translator.from_pretrained` / `--checkpoint hf:NAME_OR_DIR`, all offline.
+transformers` and `load_pretrained` / `--checkpoint hf:NAME_OR_DIR`, all offline.
 
-What is checked (beyond nbs/19_hub.ipynb, whose checks compare random models of every kind,
+What is checked (beyond nbs/22_hub.ipynb, whose checks compare random models of every kind,
 the tokenizer on hard texts, one trained export and one OPUS-MT-shaped folder):
 1. Export, on models trained here: post-norm tied (Marian), post-norm with separate embeddings
    (Marian) and pre-norm tied (Pegasus), all with subwords. The folder loads with transformers'
@@ -49,9 +49,11 @@ from annotated_transformer._chapters import opus_like_folder, sampled_pairs
 from annotated_transformer.checkpoint import RunCheckpoint, load_checkpoint, save_checkpoint
 from annotated_transformer.cli import main
 from annotated_transformer.engines import export_format, export_model
+from annotated_transformer.hub import load_pretrained
 from annotated_transformer.model import ModelConfig, PositionwiseFeedForward, subsequent_mask
 from annotated_transformer.recurrent import RecurrentConfig
-from annotated_transformer.translation import Search, Translator
+from annotated_transformer.translation import Search
+from annotated_transformer.translator import Translator
 
 GREEDY, BEAM = Search(), Search(beam_size=4, alpha=0.0)  # the length penalty off: see the chapter
 # generate's settings for our searches, by beam size
@@ -331,7 +333,7 @@ def opus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_an_opus_mt_shaped_folder_reads_with_the_departures(opus: Path) -> None:
-    ours = Translator.from_pretrained(str(opus))
+    ours = load_pretrained(str(opus))
     config = AutoModelForSeq2SeqLM.from_pretrained(opus).config
     assert (config.vocab_size, config.activation_function) == (58_101, "swish")
     layer = ours.model.decoder.layers[0]
@@ -340,7 +342,7 @@ def test_an_opus_mt_shaped_folder_reads_with_the_departures(opus: Path) -> None:
     assert ours.tgt_vocab.never == (58_100,) and ours.tgt_vocab.eos == 0
     start = ours.model.tgt_embed[0].lut.weight[58_100]
     assert torch.equal(start, torch.zeros_like(start))  # exact: Marian's zero start vector, copied
-    relu = Translator.from_pretrained(str(opus), activation="relu")
+    relu = load_pretrained(str(opus), activation="relu")
     assert type(relu.model.decoder.layers[0].feed_forward) is PositionwiseFeedForward
     sentences = [de for de, _ in sampled_pairs(10, seed=7)]
     assert relu.translate(sentences) != ours.translate(sentences)  # the departure matters
@@ -352,7 +354,7 @@ def test_our_searches_on_an_imported_model_find_generate_s_tokens(
     source: str, search: Search, opus: Path, exports
 ) -> None:
     folder = opus if source == "opus-mt-shaped" else exports("pre-norm, tied")[1]
-    ours = Translator.from_pretrained(str(folder))
+    ours = load_pretrained(str(folder))
     theirs, tokenizer = (
         AutoModelForSeq2SeqLM.from_pretrained(folder).eval(),
         AutoTokenizer.from_pretrained(folder),
@@ -368,7 +370,7 @@ def test_our_searches_on_an_imported_model_find_generate_s_tokens(
 @pytest.mark.parametrize("source", ["opus-mt-shaped", "our export"])
 def test_our_attention_maps_are_output_attentions(source: str, opus: Path, exports) -> None:
     folder = opus if source == "opus-mt-shaped" else exports("post-norm, separate")[1]
-    ours = Translator.from_pretrained(str(folder))
+    ours = load_pretrained(str(folder))
     theirs = AutoModelForSeq2SeqLM.from_pretrained(folder, attn_implementation="eager").eval()
     maps = ours.attention(sampled_pairs(1, seed=9)[0][0])
     src = torch.tensor([ours.src_vocab.encode(maps.src_tokens)])
@@ -382,7 +384,7 @@ def test_our_attention_maps_are_output_attentions(source: str, opus: Path, expor
 
 def test_our_export_read_back_translates_as_the_checkpoint(exports, sentences) -> None:
     checkpoint, folder = exports("post-norm, separate")
-    ours, back = Translator.from_checkpoint(checkpoint), Translator.from_pretrained(str(folder))
+    ours, back = Translator.from_checkpoint(checkpoint), load_pretrained(str(folder))
     sources = [src for src, _ in sentences]
     for search in (Search(), Search(beam_size=4)):  # the paper's length penalty too: both ours
         assert back.translate(sources, search) == ours.translate(sources, search)

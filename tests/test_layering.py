@@ -3,9 +3,11 @@
 1. Each module imports only from the modules above it in the package docstring's list, and that
    list names every module once.
 2. No module imports or reads another module's underscore names (its private parts), and only
-   model.py reads the model's internal layout: the attention projections `w_q`, `w_k`, `w_v`,
-   `w_o`, the positional table `pe` and the residual connections by index, `sublayer[i]`; every
-   other module uses the model's public methods. Exempt: nbdev's index, `_modidx.py`.
+   model.py and fast_decoding.py read the model's internal layout: the attention projections
+   `w_q`, `w_k`, `w_v`, `w_o`, the positional table `pe` and the residual connections by index,
+   `sublayer[i]`. fast_decoding wraps Part I's layers (their step one position at a time, and the
+   accessors exporters read); every other module uses the model's public methods and those
+   accessors. Exempt: nbdev's index, `_modidx.py`.
 3. The front of the package: `from annotated_transformer import make_model, Translator, train`
    works, each name imported from its module on first use, so importing the package loads nothing
    heavy (no PyTorch).
@@ -24,6 +26,7 @@ import annotated_transformer
 PACKAGE = Path(annotated_transformer.__file__).parent
 EXEMPT = {"__init__", "_modidx"}  # the front and nbdev's generated index of names
 MODEL_INTERNALS = {"w_q", "w_k", "w_v", "w_o", "pe"}
+LAYOUT_READERS = {"model", "fast_decoding"}  # the model, and the module that wraps its layers
 
 
 def modules() -> dict[str, str]:
@@ -114,7 +117,7 @@ def defined_private_names(source: str) -> set[str]:
 
 
 def trespasses(name: str, source: str, others_private: set[str]) -> list[str]:
-    """What module `name` reads of others' private parts or, outside model.py, of the model's
+    """What module `name` reads of others' private parts or, outside LAYOUT_READERS, of the model's
     layout: one line each, with its line number."""
     found = []
     for node in ast.walk(ast.parse(source)):
@@ -131,9 +134,9 @@ def trespasses(name: str, source: str, others_private: set[str]) -> list[str]:
             base = node.value.id if isinstance(node.value, ast.Name) else None
             if base not in ("self", "cls") and node.attr in others_private:
                 found.append(f"{name}:{line} reads {ast.unparse(node)}")
-            if name != "model" and node.attr in MODEL_INTERNALS:
+            if name not in LAYOUT_READERS and node.attr in MODEL_INTERNALS:
                 found.append(f"{name}:{line} reads the model's {ast.unparse(node)}")
-        elif isinstance(node, ast.Subscript) and name != "model":
+        elif isinstance(node, ast.Subscript) and name not in LAYOUT_READERS:
             value = node.value
             if isinstance(value, ast.Attribute) and value.attr == "sublayer":
                 found.append(f"{name}:{line} indexes {ast.unparse(node)}")

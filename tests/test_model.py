@@ -11,13 +11,13 @@ What is checked:
    `ModelConfig` when made); 8. Table 3's variations: narrower keys (d_k) and learned positions
    change exactly the parameters they name; 9. what the chapter states without a cell of its own:
    eq. (4)'s "linear function of PE_pos" (a rotation, exact at every position) and PyTorch's
-   `nn.LayerNorm` computing the paper's layer normalization; 10. the model's own incremental step
-   (Part II, nbs/19_engines.ipynb): step by step equals the full decode, a wrong cache gives a wrong
-   step, rotary positions need one overridden method (`heads`), the export's accessors, and
-   `patch_to` leaving `__all__` alone. The values of eq. (4), the embedding
-   scale and `subsequent_mask` are checked where Part 1 shows them (nbs/01_model.ipynb); the named
-   sizes in tests/test_config.py; `attention_weights` in tests/test_visualization.py and
-   nbs/10_figures.ipynb; the checks of every hyperparameter in nbs/13_configuration.ipynb.
+   `nn.LayerNorm` computing the paper's layer normalization; 10. the model's incremental step
+   (Part II, nbs/19_fast_decoding.ipynb's `model_step`): step by step equals the full decode, a
+   wrong cache gives a wrong step, rotary positions need one overridden method (`heads`), the
+   export's accessors, and the model module holding the model alone. The values of eq. (4), the
+   embedding scale and `subsequent_mask` are checked where Part 1 shows them (nbs/01_model.ipynb);
+   the named sizes in tests/test_config.py; `attention_weights` in tests/test_visualization.py and
+   nbs/10_figures.ipynb; the checks of every hyperparameter in nbs/01_model.ipynb.
 
 Everything runs on a CPU in a few seconds and needs no data or network.
 """
@@ -34,17 +34,24 @@ from torch import nn
 
 from annotated_transformer.config import preset
 from annotated_transformer import model as model_module
+from annotated_transformer.fast_decoding import (
+    DecoderCache,
+    KVCache,
+    encodings,
+    model_step,
+    norm_first,
+    norms,
+    projections,
+)
 from annotated_transformer.model import (
     MAX_SIZES,
     Decoder,
-    DecoderCache,
     DecoderLayer,
     Embeddings,
     Encoder,
     EncoderDecoder,
     EncoderLayer,
     Generator,
-    KVCache,
     ModelConfig,
     MultiHeadedAttention,
     PositionalEncoding,
@@ -53,7 +60,6 @@ from annotated_transformer.model import (
     check_sizes,
     count_parameters,
     make_model,
-    patch_to,
     subsequent_mask,
 )
 
@@ -776,7 +782,7 @@ def step_all(model: EncoderDecoder, memory, src_mask, ys, beams: int = 1) -> tor
     "The decoder output (B, T, D) of every position, fed one position at a time."
     cache = DecoderCache(model, memory, src_mask, beams)
     with torch.no_grad():
-        return torch.stack([model.step(ys[:, t], cache) for t in range(ys.size(1))], dim=1)
+        return torch.stack([model_step(model, ys[:, t], cache) for t in range(ys.size(1))], dim=1)
 
 
 @pytest.mark.parametrize("variant", list(STEP_VARIANTS), ids=list(STEP_VARIANTS))
@@ -797,7 +803,7 @@ def test_the_cache_holds_the_keys_and_values_of_every_position() -> None:
         memory = model.encode(src, src_mask)
         cache = DecoderCache(model, memory, src_mask)
         for t in range(6):
-            model.step(ys[:, t], cache)
+            model_step(model, ys[:, t], cache)
         x = model.tgt_embed(ys)  # post-norm: layer 0's self-attention reads its input as it is
         _, keys, values = model.decoder.layers[0].self_attn.heads(x, x, x)
     assert cache.t == 6
@@ -815,14 +821,17 @@ def test_a_wrong_cache_gives_a_wrong_step() -> None:
         full = model.decode(memory, src_mask, ys, subsequent_mask(6))
         cache = DecoderCache(model, memory, src_mask)
         for t in range(5):
-            model.step(ys[:, t], cache)
+            model_step(model, ys[:, t], cache)
         wrong = copy.deepcopy(cache)
         for kv in wrong.layers:
             kv.keys[:, :, 2], kv.values[:, :, 2] = (
                 kv.keys[:, :, 2].flip(0),
                 kv.values[:, :, 2].flip(0),
             )
-        right_out, wrong_out = model.step(ys[:, 5], cache), model.step(ys[:, 5], wrong)
+        right_out, wrong_out = (
+            model_step(model, ys[:, 5], cache),
+            model_step(model, ys[:, 5], wrong),
+        )
     torch.testing.assert_close(right_out, full[:, 5], **TOL)
     assert (wrong_out - full[:, 5]).abs().amax(-1).min() > 1e-3  # every row is off
 
@@ -837,12 +846,12 @@ def test_beams_step_as_copies_of_their_sentence_and_follow_select() -> None:
         full = model.decode(each(memory), each(src_mask), ys, subsequent_mask(5))
         cache = DecoderCache(model, memory, src_mask, beams=K)
         for t in range(4):
-            torch.testing.assert_close(model.step(ys[:, t], cache), full[:, t], **TOL)
+            torch.testing.assert_close(model_step(model, ys[:, t], cache), full[:, t], **TOL)
         rows = torch.tensor(
             [7, 6, 3, 3]
         )  # sentence 3's beams swapped, then sentence 1's beam 1 twice
         cache.select(rows)
-        torch.testing.assert_close(model.step(ys[rows, 4], cache), full[rows, 4], **TOL)
+        torch.testing.assert_close(model_step(model, ys[rows, 4], cache), full[rows, 4], **TOL)
     assert cache.sources[0][0].size(0) == 2 and cache.layers[0].keys.size(0) == 4
 
 
@@ -852,9 +861,9 @@ def test_a_step_past_the_positional_table_is_refused() -> None:
     cache = DecoderCache(model, model.encode(src, None), torch.ones(2, 1, 3, dtype=torch.bool))
     with torch.no_grad():
         for _ in range(3):
-            model.step(torch.ones(2, dtype=torch.long), cache)
+            model_step(model, torch.ones(2, dtype=torch.long), cache)
         with pytest.raises(ValueError, match="^position 3 is beyond the positional-encoding table"):
-            model.step(torch.ones(2, dtype=torch.long), cache)
+            model_step(model, torch.ones(2, dtype=torch.long), cache)
 
 
 def rotate(x: torch.Tensor, start: int) -> torch.Tensor:
@@ -911,32 +920,22 @@ def test_rotary_positions_are_one_overridden_method_and_decode_step_by_step() ->
 def test_the_export_accessors_name_the_layers_parts() -> None:
     model = ModelConfig(N=2, d_model=D_MODEL, d_ff=D_FF, h=N_HEADS, d_k=3).build(11, 11)
     attn, layer = model.encoder.layers[0].self_attn, model.decoder.layers[1]
-    assert {n: lin.out_features for n, lin in attn.projections.items()} == dict(
+    assert {n: lin.out_features for n, lin in projections(attn).items()} == dict(
         q=N_HEADS * 3, k=N_HEADS * 3, v=D_MODEL, o=D_MODEL
     )
-    assert all(isinstance(norm, nn.LayerNorm) for norm in layer.norms) and len(layer.norms) == 3
-    assert layer.norms[1] is not layer.norms[2]
-    assert model.norm_first is False
-    table = model.tgt_embed[1].encodings
+    assert all(isinstance(norm, nn.LayerNorm) for norm in norms(layer)) and len(norms(layer)) == 3
+    assert norms(layer)[1] is not norms(layer)[2]
+    assert norm_first(model) is False
+    table = encodings(model.tgt_embed[1])
     assert table.shape == (model.max_len, D_MODEL)
     torch.testing.assert_close(model.tgt_embed[1].eval()(torch.zeros(1, 4, D_MODEL))[0], table[:4])
 
 
-def test_patch_to_attaches_methods_and_properties_outside_all() -> None:
-    class Thing:
-        pass
-
-    @patch_to(Thing)
-    def twice(self, x: int) -> int:
-        return 2 * x
-
-    @patch_to(Thing, as_prop=True)
-    def four(self) -> int:
-        return self.twice(2)
-
-    assert Thing().twice(3) == 6 and Thing().four == 4 and Thing.twice.__qualname__ == "Thing.twice"
-    patched = {"step", "memory_heads", "step_source", "projections", "norms", "encodings"}
-    assert not patched & set(model_module.__all__)
-    assert {"KVCache", "DecoderCache", "patch_to"} <= set(model_module.__all__)
-    assert callable(MultiHeadedAttention.step) and callable(DecoderLayer.step)
+def test_the_model_module_is_the_model_alone() -> None:
+    "Part I's model holds no cache and no incremental step: those are fast_decoding's functions."
+    assert not {"KVCache", "DecoderCache", "StaticDecoderCache", "patch_to"} & set(
+        model_module.__all__
+    )
+    for cls in (MultiHeadedAttention, PositionalEncoding, DecoderLayer, EncoderDecoder):
+        assert not hasattr(cls, "step"), cls
     assert isinstance(KVCache(1, 1, 1, 1, torch.empty(0)), KVCache)

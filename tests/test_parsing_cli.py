@@ -34,7 +34,8 @@ from clitools import (
 from nltk import Tree
 
 from annotated_transformer.cli import main
-from annotated_transformer.translation import PARSING, Parser, score_parses
+from annotated_transformer.translator import PARSING, Parser
+from annotated_transformer.trees import score_parses
 from annotated_transformer.trees import (
     Delinearized,
     Treebank,

@@ -28,7 +28,7 @@ import torch
 from annotated_transformer.batching import Batch
 from annotated_transformer.checkpoint import load_checkpoint
 from annotated_transformer.cli import main
-from annotated_transformer.decoding import beam_search, greedy_search
+from annotated_transformer.fast_decoding import beam_search, greedy_search
 from annotated_transformer.losses import LabelSmoothing, sequence_loss
 from annotated_transformer.recurrent import ARCHS, RecurrentConfig, RecurrentEncoderDecoder
 from annotated_transformer.trainer import EpochOptions, train_epoch
@@ -285,8 +285,8 @@ def test_the_attention_of_a_recurrent_model_is_its_attention_over_the_source() -
     # Translator.attention takes the maps a recurrent model collects itself: one layer, one head,
     # over the source
     from annotated_transformer.data import SPECIALS, SpacyTokenizer, Vocab
-    from annotated_transformer.translation import Translator
-    from annotated_transformer.visualization import AttentionView
+    from annotated_transformer.translator import Translator
+    from annotated_transformer.figures import AttentionView
 
     src_vocab, tgt_vocab = (
         Vocab([*SPECIALS, "Ein", "Hund", "läuft", "."]),

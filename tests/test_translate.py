@@ -27,14 +27,11 @@ from annotated_transformer.config import ChoiceError, check_setting
 from annotated_transformer.data import SPECIALS, SpacyTokenizer, Vocab, load_tokenizers
 from annotated_transformer.model import ModelConfig, count_parameters
 from annotated_transformer.subwords import SubwordTokenizer
-from annotated_transformer.translation import (
-    GREEDY,
+from annotated_transformer.translation import GREEDY, Search, Translating, bleu
+from annotated_transformer.translator import (
     Evaluation,
-    Search,
     SentenceError,
-    Translating,
     Translator,
-    bleu,
     evaluate,
     source_tokens,
 )

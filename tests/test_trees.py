@@ -26,7 +26,7 @@ from nltk import Tree
 
 from annotated_transformer import data
 from annotated_transformer.config import ChoiceError
-from annotated_transformer.translation import right_branching_scores, score_parses
+from annotated_transformer.trees import right_branching_scores, score_parses
 from annotated_transformer.trees import (
     SPLIT_FILES,
     XX,

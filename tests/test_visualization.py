@@ -1,4 +1,4 @@
-"""Tests for annotated_transformer.visualization and `annotated-transformer translate --attention`.
+"""Tests for annotated_transformer.figures and visualization, and `translate --attention`.
 
 What is checked (beyond nbs/08_attention.ipynb, whose checks cover the shapes, row sums and
 causality of the weights, the removed hooks, each plotting helper, and the errors for bad indices,
@@ -30,16 +30,19 @@ from synthetic import synthetic_pairs
 from annotated_transformer.cli import main
 from annotated_transformer.config import RuntimeOptions, TrainConfig
 from annotated_transformer.data import InMemory
-from annotated_transformer.model import KINDS, ModelConfig, attention_weights
-from annotated_transformer.trainer import train
-from annotated_transformer.translation import AttentionMaps, Translator
-from annotated_transformer.visualization import (
+from annotated_transformer.figures import (
+    KINDS,
+    AttentionMaps,
     AttentionView,
-    head_measures,
+    attention_weights,
     plot_attention,
     plot_measures,
     plot_sentence,
 )
+from annotated_transformer.model import ModelConfig
+from annotated_transformer.trainer import train
+from annotated_transformer.translator import Translator
+from annotated_transformer.visualization import head_measures
 
 SENTENCE = "Ein Hund sieht einen Ball im Park."
 

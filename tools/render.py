@@ -153,7 +153,7 @@ def _imports(nodes: list[ast.stmt]) -> bool:
     return all(one(node) for node in nodes)
 
 
-REFERENCES = "21_references.html"  # the references page the citations link to
+REFERENCES = "24_references.html"  # the references page the citations link to
 # The paper's "[5, 2, 35]", not a Markdown link
 CITATION = re.compile(r"\[(\d+(?:,\s*\d+)*)\](?!\()")
 
@@ -183,7 +183,8 @@ def summary_paragraph(markdown: str) -> str:
 
 def prepare(nb: nbformat.NotebookNode) -> None:
     """Drop the `#| hide` cells and every directive line, as nbdev's docs do; show only the output
-    of `#| echo: false` cells; fold the import cells and label the exported ones with their module
+    of `#| echo: false` cells; fold the import cells (and a `#| code-fold: true` cell, under its
+    `#| code-summary`) and label the exported ones with their module
     (in cell.metadata.book, which the template reads)."""
     module = next(
         (
@@ -205,8 +206,12 @@ def prepare(nb: nbformat.NotebookNode) -> None:
         )
         if re.search(r"^#\|\s*echo:\s*false\b", cell.source, re.M):  # the output alone
             cell.metadata["transient"] = {"remove_source": True}
+        summary = re.search(r"^#\|\s*code-summary:\s*(.+)$", cell.source, re.M)
+        folded = re.search(r"^#\|\s*code-fold:\s*true\b", cell.source, re.M) is not None
         cell.source = DIRECTIVE.sub("", cell.source).strip("\n")
-        if cell.cell_type == "code" and only_imports(cell.source):
+        if cell.cell_type == "code" and folded:  # Quarto's directives: folded under a summary
+            cell.metadata["book"] = {"imports": summary.group(1).strip() if summary else "Code"}
+        elif cell.cell_type == "code" and only_imports(cell.source):
             where = f" of annotated_transformer/{module}.py" if exported and module else ""
             cell.metadata["book"] = {"imports": f"Imports{where}"}
         elif exported and module:

@@ -1,8 +1,9 @@
 """Print the package's structure as a new engineer meets it: module sizes, the notebooks that
-write each module, the methods attached outside their class, the longest functions, the largest
-exported notebook cells, the functions with more than six parameters, the functions a decoding
-search passes through, the widest code lines, what each module imports from the package and the
-longest chain of such imports.
+write each module (and the modules each notebook writes, what Part I's modules import from
+Part II's, the private names notebooks import), the methods attached outside their class, the
+longest functions, the largest exported notebook cells, the functions with more than six
+parameters, the functions a decoding search passes through, the widest code lines, what each
+module imports from the package and the longest chain of such imports.
 
     python tools/structure.py            # the tables
     python tools/structure.py --check    # exit 1 if a function runs over 40 lines or an
@@ -76,10 +77,10 @@ def package_imports(path: Path) -> list[str]:
     return sorted(names)
 
 
-def writers() -> dict[str, list[str]]:
+def writers(nbs: Path = ROOT / "nbs") -> dict[str, list[str]]:
     "module -> the notebooks nbdev-export writes it from (`default_exp`, `export NAME`)."
     found = defaultdict(set)
-    for nb_path in sorted((ROOT / "nbs").glob("*.ipynb")):
+    for nb_path in sorted(nbs.glob("*.ipynb")):
         default = None
         for cell in json.loads(nb_path.read_text())["cells"]:
             source = "".join(cell["source"]) if cell["cell_type"] == "code" else ""
@@ -88,6 +89,63 @@ def writers() -> dict[str, list[str]]:
             for match in re.finditer(r"^#\|\s*exports?\b[ \t]*(\w*)", source, re.MULTILINE):
                 found[match.group(1) or default].add(nb_path.stem)
     return {module: sorted(nbs) for module, nbs in sorted(found.items()) if module}
+
+
+def written_by_notebook(nbs: Path = ROOT / "nbs") -> dict[str, list[str]]:
+    "notebook -> the modules it writes: the other side of `writers`."
+    found = defaultdict(list)
+    for module, notebooks in writers(nbs).items():
+        for notebook in notebooks:
+            found[notebook].append(module)
+    return dict(sorted(found.items()))
+
+
+PART_I = re.compile(r"^0[1-8]_")  # the learner's chapters (tools/prose.py's PART_I)
+
+
+def part_one_imports(nbs: Path = ROOT / "nbs", package: Path = PACKAGE) -> dict[str, list[str]]:
+    """Part I module -> the Part II modules it imports at run time (an import under
+    `if TYPE_CHECKING:` is a type hint's, not code the module runs)."""
+    written_by = writers(nbs)
+    part_one = {m for m, notebooks in written_by.items() if all(PART_I.match(n) for n in notebooks)}
+    found = {}
+    for module in sorted(part_one):
+        tree = ast.parse((package / f"{module}.py").read_text())
+        hints = [
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)
+        ]
+        hinted = {id(x) for h in hints for x in ast.walk(h)}
+        imported = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and id(node) not in hinted:
+                if node.level == 1 or node.module.startswith("annotated_transformer."):
+                    imported.add(node.module.split(".")[-1 if node.level == 0 else 0])
+        later = sorted(m for m in imported if m in written_by and m not in part_one)
+        if later:
+            found[module] = later
+    return found
+
+
+PRIVATE_IMPORT = re.compile(
+    r"^\s*from annotated_transformer\.(\w+) import (?:\(([^)]*)\)|(.*))", re.M
+)
+
+
+def private_imports(nbs: Path = ROOT / "nbs") -> list[str]:
+    "Every notebook cell that imports an underscore name from the package: 'notebook: name'."
+    found = []
+    for nb_path in sorted(nbs.glob("*.ipynb")):
+        for cell in json.loads(nb_path.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            for match in PRIVATE_IMPORT.finditer("".join(cell["source"])):
+                names = re.sub(r"#.*", "", match.group(2) or match.group(3))
+                for name in re.split(r"[,\s]+", names):
+                    if name.startswith("_") and not name.startswith("__"):
+                        found.append(f"{nb_path.stem}: {match.group(1)}.{name}")
+    return found
 
 
 def attached_methods(path: Path) -> list[str]:
@@ -106,7 +164,8 @@ def attached_methods(path: Path) -> list[str]:
                     continue
                 found.append(f"{path.stem}.{cls}.{node.name} (@{ast.unparse(d).split('(')[0]})")
         elif isinstance(node, ast.Assign):
-            for target in node.targets:
+            targets = [t for target in node.targets for t in getattr(target, "elts", [target])]
+            for target in targets:  # `A.f = g`, and each of `A.f, A.g = g, h`
                 if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
                     found.append(f"{path.stem}.{ast.unparse(target)} (assigned)")
     return found
@@ -175,6 +234,18 @@ def report() -> None:
     print(f"\nmodules written by more than one notebook: {len(shared)} of {len(written)}")
     for module, nbs in shared.items():
         print(f"  {module:<28} {', '.join(nbs)}")
+    several = {nb: mods for nb, mods in written_by_notebook().items() if len(mods) > 1}
+    print(f"notebooks writing more than one module: {len(several)}")
+    for nb, mods in several.items():
+        print(f"  {nb:<28} {', '.join(mods)}")
+    later = part_one_imports()
+    print(f"Part I modules importing Part II modules: {len(later)}")
+    for module, imported in later.items():
+        print(f"  {module:<28} {', '.join(imported)}")
+    private = private_imports()
+    print(f"private names the notebooks import from the package: {len(private)}")
+    for name in private:
+        print(f"  {name}")
     attached = [m for p in modules() for m in attached_methods(p)]
     print(f"\nmethods attached outside their class: {len(attached)}")
     for name in attached:

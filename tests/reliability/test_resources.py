@@ -64,7 +64,7 @@ COMMANDS = [  # (command, the name in cli.py it calls, what needs less memory)
     ("train", "train", "a smaller --max-tokens (or model)"),
     ("translate", "load_translator", "a smaller --batch-size or --beam"),
     ("evaluate", "load_translator", "a smaller --batch-size or --beam"),
-    ("export", "load_checkpoint", None),
+    ("export", "export_checkpoint", None),
 ]
 
 
