@@ -33,7 +33,6 @@ from annotated_transformer.model import (
     PositionwiseFeedForward,
     count_parameters,
 )
-from .fast_decoding import norm_first, norms, projections
 from .subwords import load_processor
 from .translator import Translator
 
@@ -71,6 +70,9 @@ def _norm(name: str, norm: nn.LayerNorm) -> list[Named]:
     return [(f"{name}.weight", norm.weight, "out"), (f"{name}.bias", norm.bias, "out")]
 
 # %% ../nbs/22_hub.ipynb #323c005d
+from .fast_decoding import norm_first, norms, projections
+
+
 def _layer(name: str, layer: nn.Module, attentions: dict, names: Sequence[str]) -> list[Named]:
     "One layer's attentions (W^Q, W^K, W^V, W^O), feed-forward network and layer norms."
     found = [

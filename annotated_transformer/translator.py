@@ -309,7 +309,7 @@ def ctrl_c_held() -> Iterator[None]:
         if pressed:
             raise KeyboardInterrupt
 
-
+# %% ../nbs/20_translator.ipynb #72214ccd
 def output_lines(
     translator: Translating, lines: list[str], search: Search, start: int, nbest: bool
 ) -> list[str]:
