@@ -274,11 +274,13 @@ def test_search_s_defaults_and_flags_are_declared_once() -> None:
     # exact: the settings
     assert (GREEDY.beam_size, GREEDY.alpha, GREEDY.nbest, GREEDY.max_extra) == (1, 0.6, 1, 50)
     assert (GREEDY.allow_unk, GREEDY.batch_size, GREEDY.compile) == (False, 128, False)
+    assert GREEDY.strategy is None  # the strategy by beam size: greedy search for a beam of 1
     meta = {f.name: f.metadata for f in dataclasses.fields(Search)}
     flagged = {name for name, m in meta.items() if m["help"]}
-    flags = {"beam_size", "alpha", "nbest", "allow_unk", "batch_size", "compile"}
+    flags = {"beam_size", "alpha", "nbest", "allow_unk", "batch_size", "compile", "strategy"}
     assert flagged == flags  # max_extra: none
     assert meta["beam_size"]["flag"] == "--beam" and meta["nbest"]["metavar"] == "K"
+    assert meta["strategy"]["metavar"] == "NAME"
     assert "0.6" not in meta["alpha"]["help"]  # the number is the default's, in one place
     assert check_setting(Search, "alpha", 1.0) == 1.0  # exact: the value given, given back
     with pytest.raises(ChoiceError, match="beam_size must be at least 1"):
