@@ -24,13 +24,12 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import NoReturn
 
-
 from annotated_transformer import __version__
 from annotated_transformer.config import ChoiceError, Choices, RuntimeOptions, TrainConfig
 from annotated_transformer.config import check_setting
 from annotated_transformer.data import ParallelFiles, not_a_file, split_pairs
-from annotated_transformer.engines import ENGINES, FORMATS, QUANTIZATIONS, Export, check_loading
 from annotated_transformer.distributed import out_of_memory
+from annotated_transformer.engines import ENGINES, FORMATS, QUANTIZATIONS, Export, check_loading
 from annotated_transformer.engines import export_checkpoint, load_translator
 from annotated_transformer.hub import pretrained_name
 from annotated_transformer.trainer import resolve_run_config, run_corpus, train

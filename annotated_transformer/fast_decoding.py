@@ -34,11 +34,11 @@ from annotated_transformer.model import (
 from .translation import Search
 
 # %% auto #0
-__all__ = ['STRATEGIES', 'ROOM', 'SOURCE_STEP', 'StepDecoder', 'PrefixDecoder', 'move_rows', 'KVCache', 'attention_step',
-           'memory_heads', 'source_step', 'position_step', 'DecoderCache', 'layer_step', 'model_step', 'CachedDecoder',
-           'Decodable', 'begin_decoding', 'greedy_search', 'beam_search', 'banned_tokens', 'strategy_of',
-           'run_strategy', 'projections', 'norms', 'norm_first', 'encodings', 'StaticKVCache', 'round_up',
-           'StaticDecoderCache', 'compiled_step', 'CompiledDecoder']
+__all__ = ['Strategy', 'STRATEGIES', 'ROOM', 'SOURCE_STEP', 'StepDecoder', 'PrefixDecoder', 'move_rows', 'KVCache',
+           'attention_step', 'memory_heads', 'source_step', 'position_step', 'DecoderCache', 'layer_step', 'model_step',
+           'CachedDecoder', 'Decodable', 'begin_decoding', 'greedy_search', 'beam_search', 'banned_tokens',
+           'strategy_of', 'run_strategy', 'projections', 'norms', 'norm_first', 'encodings', 'StaticKVCache',
+           'round_up', 'StaticDecoderCache', 'compiled_step', 'CompiledDecoder']
 
 # %% ../nbs/19_fast_decoding.ipynb #5d6be7dc
 @runtime_checkable
@@ -450,6 +450,10 @@ def banned_tokens(tgt_vocab: Vocab, search: Search) -> tuple[int, ...]:
     return (*tgt_vocab.never, *(() if search.allow_unk else (tgt_vocab.unk,)))
 
 
+# a strategy: (model, src, src_mask, limits, tgt_vocab, search) -> each sentence's hypotheses
+Strategy = Callable[..., list[list[Hypothesis]]]
+
+
 def _greedy(model, src, src_mask, limits, tgt_vocab, search) -> list[list[Hypothesis]]:
     "Greedy search: each sentence's one hypothesis."
     ends, banned = (tgt_vocab.bos, tgt_vocab.eos), banned_tokens(tgt_vocab, search)
@@ -466,7 +470,7 @@ def _beam(model, src, src_mask, limits, tgt_vocab, search) -> list[list[Hypothes
     return beam_search(model, src, src_mask, limits, *ends, banned=banned, **how)
 
 
-STRATEGIES = {"greedy": _greedy, "beam": _beam}  # a strategy's name: its search of one batch
+STRATEGIES: dict[str, Strategy] = {"greedy": _greedy, "beam": _beam}  # name: search of a batch
 
 # %% ../nbs/19_fast_decoding.ipynb #31f37cd5
 def strategy_of(search: Search) -> str:
