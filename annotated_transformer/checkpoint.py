@@ -77,21 +77,9 @@ class ResumeState:
         counts = train_state_from_dict(d["train_state"])
         return cls(d["optimizer"], d["scheduler"], counts, rng, d.get("scaler"))
 
-# %% ../nbs/14_checkpoints.ipynb #a81c079e
-@dataclass
-class RunCheckpoint:
-    "A training run after an epoch: enough to use its model and, with `resume`, to continue it."
-
-    config: TrainConfig
-    model: dict[str, Tensor]  # the weights (a state dict)
-    src_vocab: Vocab
-    tgt_vocab: Vocab
-    epoch: int  # epochs completed
-    history: list[dict]  # one entry per epoch: losses, scores, learning rate, speed
-    run_id: str | None = None  # None: written by version 0.1
-    data: dict | None = None  # where the training data came from; None: written by 0.2
-    tokenizer: SubwordTokenizer | None = None  # a subword run's model, for both languages
-    resume: ResumeState | None = None  # last.pt only
+# %% ../nbs/14_checkpoints.ipynb #2cf5df4b
+class _StoredRun:
+    "A `RunCheckpoint` as its files hold it: plain data, read back and checked; or weights only."
 
     def to_dict(self) -> dict:
         "Plain data, with the format and the package version: what `save_checkpoint` writes."
@@ -105,6 +93,45 @@ class RunCheckpoint:
         if tokenizer is not None:
             d["tokenizer"] = tokenizer.state_dict()
         return d if resume is None else {**d, **resume.to_dict()}
+
+    @classmethod
+    def from_dict(
+        cls, d: object, source: str | Path = "the checkpoint", max_parameters: int = MAX_PARAMETERS
+    ) -> RunCheckpoint:
+        "The record a checkpoint's plain data describes; a clear error, naming `source`, otherwise."
+        return _read_checkpoint(cls, d, str(source), max_parameters)  # the checks: sections below
+
+    def weights_only(self) -> RunCheckpoint:
+        "This checkpoint without what only continuing the run needs (an epochK.pt)."
+        return replace(self, resume=None)
+
+# %% ../nbs/14_checkpoints.ipynb #a81c079e
+@dataclass
+class RunCheckpoint(_StoredRun):
+    "A training run after an epoch: enough to use its model and, with `resume`, to continue it."
+
+    config: TrainConfig
+    model: dict[str, Tensor]  # the weights (a state dict)
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    epoch: int  # epochs completed
+    history: list[dict]  # one entry per epoch: losses, scores, learning rate, speed
+    run_id: str | None = None  # None: written by version 0.1
+    data: dict | None = None  # where the training data came from; None: written by 0.2
+    tokenizer: SubwordTokenizer | None = None  # a subword run's model, for both languages
+    resume: ResumeState | None = None  # last.pt only
+
+    def tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
+        "The (source, target) tokenizers: the run's subword model twice, or its corpus's words'."
+        if self.tokenizer is not None:
+            return self.tokenizer, self.tokenizer
+        return word_tokenizers(self.config.corpus, (self.config.src_lang, self.config.tgt_lang))
+
+    def build_model(self) -> nn.Module:
+        "The trained model, in eval mode."
+        model = self.config.model.build(len(self.src_vocab), len(self.tgt_vocab))
+        model.load_state_dict(self.model)
+        return model.eval()
 
 # %% ../nbs/14_checkpoints.ipynb #acda1eb7
 REQUIRED = ("config", "model", "src_vocab", "tgt_vocab", "epoch", "history")
@@ -423,11 +450,8 @@ def _check_resume(resume: ResumeState, model: nn.Module, config: TrainConfig, so
         )
 
 # %% ../nbs/14_checkpoints.ipynb #f369c961
-def _from_dict(
-    cls, d: object, source: str | Path = "the checkpoint", max_parameters: int = MAX_PARAMETERS
-) -> RunCheckpoint:
-    "The record a checkpoint's plain data describes; a clear error, naming `source`, otherwise."
-    source = str(source)
+def _read_checkpoint(cls: type, d: object, source: str, max_parameters: int) -> RunCheckpoint:
+    "The `cls` record `d` describes (`from_dict`); a clear error, naming `source`, otherwise."
     _check_keys(d, source)
     _check_fields(d, source)
     try:
@@ -461,32 +485,6 @@ def _check_model(ckpt: RunCheckpoint, source: str, max_parameters: int) -> None:
     _check_weights(ckpt.model, model, source)
     if ckpt.resume is not None:
         _check_resume(ckpt.resume, model, ckpt.config, source)
-
-
-RunCheckpoint.from_dict = classmethod(_from_dict)
-
-# %% ../nbs/14_checkpoints.ipynb #5fa5c4ef
-def _weights_only(self: RunCheckpoint) -> RunCheckpoint:
-    "This checkpoint without what only continuing the run needs (an epochK.pt)."
-    return replace(self, resume=None)
-
-
-def _tokenizers(self: RunCheckpoint) -> tuple[Tokenizer, Tokenizer]:
-    "The (source, target) tokenizers: the run's subword model twice, or its corpus's words'."
-    if self.tokenizer is not None:
-        return self.tokenizer, self.tokenizer
-    return word_tokenizers(self.config.corpus, (self.config.src_lang, self.config.tgt_lang))
-
-
-def _build_model(self: RunCheckpoint) -> nn.Module:
-    "The trained model, in eval mode."
-    model = self.config.model.build(len(self.src_vocab), len(self.tgt_vocab))
-    model.load_state_dict(self.model)
-    return model.eval()
-
-
-RunCheckpoint.weights_only, RunCheckpoint.tokenizers = _weights_only, _tokenizers
-RunCheckpoint.build_model = _build_model
 
 # %% ../nbs/14_checkpoints.ipynb #5bb78159
 def save_checkpoint(path: str | Path, ckpt: RunCheckpoint) -> None:

@@ -188,9 +188,27 @@ _SUBSET = "draw --train-pairs' subset by this seed instead (several seeds, one s
 _SKIP = "leave out training pairs longer than the model's max_len (default: refuse the data)"
 _CLIP = "clip the gradients to this norm"
 
+# %% ../nbs/13_configuration.ipynb #120afcad
+class _StoredConfig:
+    "How a `TrainConfig` is stored: plain data (`to_dict`), read back by `from_dict`."
+
+    def to_dict(self) -> dict:
+        "Plain data, for checkpoints."
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        "The configuration a dictionary (a checkpoint's, a config file's) describes."
+        if not isinstance(d, dict) or "model" not in d:
+            raise ValueError(f"a training configuration is a table with a model, got {d!r}")
+        unknown = sorted(set(d) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown training setting {unknown[0]!r}")
+        return cls(**{**d, "model": model_config(d["model"])})
+
 # %% ../nbs/13_configuration.ipynb #04448158
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(_StoredConfig):
     "Everything a training run needs besides the data; stored in every checkpoint."
 
     model: ModelConfig | RecurrentConfig = field(default_factory=run_model)
@@ -214,10 +232,6 @@ class TrainConfig:
         check_settings(self)
         _check_together(self)
 
-    def to_dict(self) -> dict:
-        "Plain data, for checkpoints."
-        return asdict(self)
-
 # %% ../nbs/13_configuration.ipynb #6975b1b1
 def _check_together(config: TrainConfig) -> None:
     "Check the model, and the settings that need another: tying, the subset's seed."
@@ -229,19 +243,6 @@ def _check_together(config: TrainConfig) -> None:
         )
     if config.subset_seed is not None and config.train_pairs is None:
         raise ChoiceError("subset_seed chooses train_pairs' subset: set train_pairs too")
-
-# %% ../nbs/13_configuration.ipynb #120afcad
-def _from_dict(cls, d: dict) -> TrainConfig:
-    "The configuration a dictionary (a checkpoint's, a config file's) describes."
-    if not isinstance(d, dict) or "model" not in d:
-        raise ValueError(f"a training configuration is a table with a model, got {d!r}")
-    unknown = sorted(set(d) - {f.name for f in fields(cls)})
-    if unknown:
-        raise ValueError(f"unknown training setting {unknown[0]!r}")
-    return cls(**{**d, "model": model_config(d["model"])})
-
-
-TrainConfig.from_dict = classmethod(_from_dict)
 
 # %% ../nbs/13_configuration.ipynb #40aadb68
 def check_device(name: str) -> None:

@@ -20,7 +20,7 @@ from .data import SPECIALS, Vocab
 # %% auto #0
 __all__ = ['END_OF_WORD', 'SENTENCEPIECE_OPTIONS', 'SPACE_MARK', 'LITERAL_MARK', 'word_counts', 'word_symbols', 'pair_counts',
            'merge_pair', 'learn_bpe', 'merge_ranks', 'apply_bpe', 'with_separator', 'train_bpe_model', 'load_processor',
-           'SubwordTokenizer', 'checked_model_bytes', 'shared_vocab']
+           'checked_model_bytes', 'SubwordTokenizer', 'shared_vocab']
 
 # %% ../nbs/12_subwords.ipynb #06990ecb
 def word_counts(sentences: Iterable[str]) -> Counter[str]:
@@ -217,35 +217,6 @@ def load_processor(model: bytes, source: str = "the model") -> spm.SentencePiece
         ) from None
     return processor
 
-# %% ../nbs/12_subwords.ipynb #4ce81c53
-class SubwordTokenizer:
-    "A sentencepiece BPE model: raw text <-> subword pieces, lossless (a data.Tokenizer)."
-
-    def __init__(self, model: bytes, source: str = "the model"):  # source: named in errors
-        self.model = bytes(model)  # a serialized sentencepiece model (its ModelProto)
-        self.processor = load_processor(self.model, source)
-
-    @classmethod
-    def train(cls, texts: Sequence[str], vocab_size: int) -> SubwordTokenizer:
-        "A BPE model of `vocab_size` pieces learned in memory from `texts` (`train_bpe_model`)."
-        return cls(train_bpe_model(texts, vocab_size))
-
-    def tokenize(self, texts: Sequence[str], progress: bool = False) -> list[list[str]]:
-        "The pieces of each text (fast enough to need no progress bar, whatever `progress` says)."
-        if isinstance(texts, str):
-            raise TypeError("tokenize takes a list of texts, not one text: tokenize([text])[0]")
-        return _encode_lossless(self.processor, texts)
-
-    def detokenize(self, pieces: Sequence[str]) -> str:
-        "The text back: `detokenize(tokenize([text])[0]) == text` for any text."
-        return _decode_lossless(self.processor, pieces)
-
-    def pieces(self) -> list[str]:
-        "Every piece in id order, without sentencepiece's own control and unknown pieces."
-        p = self.processor
-        ids = range(p.get_piece_size())
-        return [p.id_to_piece(i) for i in ids if not (p.is_control(i) or p.is_unknown(i))]
-
 # %% ../nbs/12_subwords.ipynb #fffc942b
 def checked_model_bytes(
     state: dict,  # what `SubwordTokenizer.state_dict` returned
@@ -267,20 +238,48 @@ def checked_model_bytes(
         )
     return state["model"]
 
-# %% ../nbs/12_subwords.ipynb #9367d1a9
-def _state_dict(self: SubwordTokenizer) -> dict:
-    "What a checkpoint stores: the model's bytes and their SHA-256 (plain data, safe to load)."
-    sha256 = hashlib.sha256(self.model).hexdigest()
-    return {"type": "sentencepiece", "model": self.model, "sha256": sha256}
+# %% ../nbs/12_subwords.ipynb #f5b51048
+class _SubwordModel:
+    "A serialized sentencepiece model and its processor, stored as plain data with its SHA-256."
 
+    def __init__(self, model: bytes, source: str = "the model"):  # source: named in errors
+        self.model = bytes(model)  # a serialized sentencepiece model (its ModelProto)
+        self.processor = load_processor(self.model, source)
 
-def _from_state_dict(cls, state: dict, source: str = "the checkpoint") -> SubwordTokenizer:
-    "The tokenizer `state_dict` stored (in `source`, named in errors), checked by its SHA-256."
-    return cls(checked_model_bytes(state, source), f"{source}'s subword model")
+    def state_dict(self) -> dict:
+        "What a checkpoint stores: the model's bytes and their SHA-256 (plain data, safe to load)."
+        sha256 = hashlib.sha256(self.model).hexdigest()
+        return {"type": "sentencepiece", "model": self.model, "sha256": sha256}
 
+    @classmethod
+    def from_state_dict(cls, state: dict, source: str = "the checkpoint") -> SubwordTokenizer:
+        "The tokenizer `state_dict` stored (in `source`, named in errors), checked by its SHA-256."
+        return cls(checked_model_bytes(state, source), f"{source}'s subword model")
 
-SubwordTokenizer.state_dict = _state_dict
-SubwordTokenizer.from_state_dict = classmethod(_from_state_dict)
+# %% ../nbs/12_subwords.ipynb #4ce81c53
+class SubwordTokenizer(_SubwordModel):
+    "A sentencepiece BPE model: raw text <-> subword pieces, lossless (a data.Tokenizer)."
+
+    @classmethod
+    def train(cls, texts: Sequence[str], vocab_size: int) -> SubwordTokenizer:
+        "A BPE model of `vocab_size` pieces learned in memory from `texts` (`train_bpe_model`)."
+        return cls(train_bpe_model(texts, vocab_size))
+
+    def tokenize(self, texts: Sequence[str], progress: bool = False) -> list[list[str]]:
+        "The pieces of each text (fast enough to need no progress bar, whatever `progress` says)."
+        if isinstance(texts, str):
+            raise TypeError("tokenize takes a list of texts, not one text: tokenize([text])[0]")
+        return _encode_lossless(self.processor, texts)
+
+    def detokenize(self, pieces: Sequence[str]) -> str:
+        "The text back: `detokenize(tokenize([text])[0]) == text` for any text."
+        return _decode_lossless(self.processor, pieces)
+
+    def pieces(self) -> list[str]:
+        "Every piece in id order, without sentencepiece's own control and unknown pieces."
+        p = self.processor
+        ids = range(p.get_piece_size())
+        return [p.id_to_piece(i) for i in ids if not (p.is_control(i) or p.is_unknown(i))]
 
 # %% ../nbs/12_subwords.ipynb #b6d3019a
 def shared_vocab(tokenizer: SubwordTokenizer) -> Vocab:
