@@ -22,7 +22,7 @@ from torch import Tensor
 from annotated_transformer.checkpoint import load_checkpoint
 from annotated_transformer.config import RuntimeOptions, TrainConfig, run_model
 from annotated_transformer.data import split_files
-from annotated_transformer.trainer import train
+from annotated_transformer.pipeline import train
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository root (the notebooks run from nbs/)
 FULL_RUN_ENV = "MULTI30K_RUN"  # names the folder of a full run for the notebooks to decode

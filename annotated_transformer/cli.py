@@ -31,9 +31,9 @@ from annotated_transformer.data import ParallelFiles, not_a_file, split_pairs
 from annotated_transformer.distributed import out_of_memory
 from annotated_transformer.engines import ENGINES, FORMATS, QUANTIZATIONS, Export, check_loading
 from annotated_transformer.engines import export_checkpoint, load_translator
+from annotated_transformer.fast_decoding import Search, Translating
 from annotated_transformer.hub import pretrained_name
-from annotated_transformer.trainer import resolve_run_config, run_corpus, train
-from annotated_transformer.translation import Search, Translating
+from annotated_transformer.pipeline import resolve_run_config, run_corpus, train
 from annotated_transformer.translator import PARSING, Parser, chunks, evaluate, input_lines
 from annotated_transformer.translator import parse_stream, translate_stream
 

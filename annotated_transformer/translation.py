@@ -1,5 +1,5 @@
-"""Text in, text out: how to search, BLEU defined and computed, and a `Translator` that holds a
-trained model with its vocabularies and tokenizers, translates sentences and scores them.
+"""Text in, text out: what a tokenizer does, and BLEU, the paper's score, defined and computed by
+hand once, then as the field reports it.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/translation.html.md"""
 
@@ -11,46 +11,27 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import sacrebleu
 
-from .config import ChoiceError, TrainConfig, check_settings, setting
-from .data import SpacyTokenizer, Tokenizer
-from .decoding import ALPHA
-
 # %% auto #0
-__all__ = ['GREEDY', 'Scored', 'Search', 'BleuScores', 'bleu', 'Translating']
+__all__ = ['Tokenizer', 'BleuScores', 'bleu']
 
-# %% ../nbs/06_translation.ipynb #4fbe9370
-@dataclass(frozen=True)
-class Search:
-    "How to search for translations: greedy or beam search, the length penalty and limit (§6.1)."
+# %% ../nbs/06_translation.ipynb #6417a010
+@runtime_checkable
+class Tokenizer(Protocol):
+    "How text becomes tokens and back."
 
-    beam_size: int = setting(  # at most 1,000: a wider beam is memory and time for nothing
-        1, "beam size (default 1: greedy; the paper uses 4)", low=1, high=1_000, flag="--beam"
-    )
-    alpha: float = setting(ALPHA, "beam search length penalty, as in the paper (§6.1)", low=0)
-    nbest: int = setting(  # translations kept for each sentence, best first
-        1, "the K best translations of each sentence (K at most --beam)", low=1, metavar="K"
-    )
-    max_extra: int = setting(50, None, low=0)  # an output's tokens beyond its input's (§6.1)
-    allow_unk: bool = setting(False, "let translations contain <unk> (default: the next best word)")
-    batch_size: int = setting(128, "sentences decoded together (fewer: less memory)", low=1)
-    compile: bool = setting(False, "compile the decoder for speed (a C++ compiler; a slow start)")
-    # the decoding strategy by name; None: greedy search for a beam of 1, beam search above
-    strategy: str | None = setting(None, "decoding strategy (default: by --beam)", metavar="NAME")
+    word_level: bool  # its tokens are words: BLEU also reports the tokenized, lowercased score
 
-    def __post_init__(self):
-        check_settings(self)
-        if self.nbest > self.beam_size:
-            raise ChoiceError(
-                f"nbest={self.nbest} needs beam_size={self.nbest} or more: a beam of "
-                f"{self.beam_size} ends with at most {self.beam_size} translations"
-            )
+    def tokenize(self, texts: Sequence[str], progress: bool = False) -> list[list[str]]:
+        "The tokens of each text."
+        ...
 
-
-GREEDY = Search()
+    def detokenize(self, tokens: Sequence[str]) -> str:
+        "The text of `tokens`."
+        ...
 
 # %% ../nbs/06_translation.ipynb #ed96e3d2
 @dataclass
@@ -86,7 +67,7 @@ def bleu(
     cased = metric.corpus_score([tokenizer.detokenize(h) for h in hypotheses], [list(references)])
     signature = str(metric.get_signature())
     fields = json.loads(cased.format(signature=signature, is_json=True))
-    if not isinstance(tokenizer, SpacyTokenizer):  # subword pieces are not words
+    if not tokenizer.word_level:  # subword pieces are not words
         return BleuScores(cased.score, signature, None, fields)
     ref_tokens = tokenizer.tokenize(references)
     # force=True: sacreBLEU warns about tokenized input, which this score uses on purpose
@@ -94,37 +75,3 @@ def bleu(
         [" ".join(h) for h in hypotheses], [[" ".join(r) for r in ref_tokens]]
     )
     return BleuScores(cased.score, signature, lower.score, fields)
-
-# %% ../nbs/06_translation.ipynb #676236eb
-Scored = tuple[list[str], float]  # a translation's target tokens and its score
-
-# %% ../nbs/06_translation.ipynb #7a1e0c01
-@runtime_checkable
-class Translating(Protocol):
-    "What a translator offers, whatever runs its model: `nbest`; the other methods follow from it."
-
-    tgt_tokenizer: Tokenizer
-    config: TrainConfig | None  # the run's settings, when it came from a run
-    engine: ClassVar[str] = "pytorch"  # what runs the model; an inference engine's name
-    parameters: int  # the model's, a tied matrix counted once
-
-    def nbest(
-        self, sentences: Sequence[str], search: Search = GREEDY, progress: bool = False
-    ) -> list[list[Scored]]:
-        "Each sentence's `search.nbest` best (target tokens, score), best first; none if blank."
-
-    def translate(
-        self, sentences: Sequence[str], search: Search = GREEDY, progress: bool = False
-    ) -> list[list[str]]:
-        "The target tokens of each sentence's best translation ([] for a blank sentence)."
-        return [best[0][0] if best else [] for best in self.nbest(sentences, search, progress)]
-
-    def detokenize(self, tokens: Sequence[str]) -> str:
-        "A translation's text."
-        return self.tgt_tokenizer.detokenize(tokens)
-
-    def bleu(
-        self, sentences: Sequence[str], references: Sequence[str], search: Search = GREEDY
-    ) -> BleuScores:
-        "BLEU of the translations of `sentences` against `references`."
-        return bleu(self.translate(sentences, search), references, self.tgt_tokenizer)

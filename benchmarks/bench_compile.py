@@ -24,14 +24,14 @@ import time
 
 import torch
 import torch._dynamo
+from bench_gpu_training import wmt_like_batches
+from common import PAD
 from torch._dynamo.utils import counters
 
 from annotated_transformer.config import preset
 from annotated_transformer.losses import LabelSmoothing, sequence_loss
-from annotated_transformer.trainer import EpochOptions, train_epoch
+from annotated_transformer.pipeline import EpochOptions, train_epoch
 from annotated_transformer.training import Updates, noam_optimizer
-from bench_gpu_training import wmt_like_batches
-from common import PAD
 
 
 def main() -> None:

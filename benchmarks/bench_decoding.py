@@ -1,5 +1,5 @@
 """Decoding speed on the CPU: the earlier notebook's way against the cached, batched searches of
-the fast decoding chapter (nbs/19_fast_decoding.ipynb).
+the fast decoding chapter (nbs/17_fast_decoding.ipynb).
 
 Four ways to translate the same German sentences (test2016 by default), one after the other in one
 run:

@@ -77,7 +77,8 @@ from annotated_transformer.checkpoint import RunCheckpoint, load_checkpoint
 from annotated_transformer.config import PRESETS
 from annotated_transformer.data import load_multi30k
 from annotated_transformer.engines import ExportedTranslator
-from annotated_transformer.translation import Search, bleu
+from annotated_transformer.fast_decoding import Search
+from annotated_transformer.translation import bleu
 from annotated_transformer.translator import Translator
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -36,6 +36,7 @@ import random
 from dataclasses import replace
 
 import torch
+from common import PAD, compare, profile_round, torch_transformer_steps
 
 from annotated_transformer.batching import Batch
 from annotated_transformer.config import preset
@@ -48,9 +49,8 @@ from annotated_transformer.distributed import (
 )
 from annotated_transformer.losses import LabelSmoothing, sequence_loss
 from annotated_transformer.model import count_parameters
-from annotated_transformer.trainer import EpochOptions, FusedLabelSmoothing, train_epoch
+from annotated_transformer.pipeline import EpochOptions, FusedLabelSmoothing, train_epoch
 from annotated_transformer.training import Updates, noam_optimizer
-from common import PAD, compare, profile_round, torch_transformer_steps
 
 
 def wmt_like_batches(n_sentences: int, max_tokens: int, vocab: int, seed: int = 0) -> list[Batch]:

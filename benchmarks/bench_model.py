@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
+from common import PAD, compare, make_batches
 from torch import Tensor, nn
 
 from annotated_transformer.config import PRESETS, preset
@@ -29,7 +30,6 @@ from annotated_transformer.model import (
     PositionalEncoding,
     subsequent_mask,
 )
-from common import PAD, compare, make_batches
 
 
 class TorchTransformer(nn.Module):

@@ -24,6 +24,7 @@ import contextlib
 import io
 from collections.abc import Callable
 
+from common import compare
 from subword_nmt.apply_bpe import BPE
 from subword_nmt.learn_bpe import learn_bpe as reference_learn_bpe
 
@@ -36,7 +37,6 @@ from annotated_transformer.subwords import (
     merge_ranks,
     word_counts,
 )
-from common import compare
 
 
 def subword_nmt_codes(texts: list[str], merges: int) -> str:

@@ -46,13 +46,6 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
-
-from annotated_transformer.batching import Batch
-from annotated_transformer.losses import LabelSmoothing, LossFn, sequence_loss, smoothed_targets
-from annotated_transformer.model import ModelConfig, MultiHeadedAttention
-from annotated_transformer.trainer import EpochOptions, FusedLabelSmoothing, train_epoch
-from annotated_transformer.training import Updates, noam_optimizer
 from common import (
     FLOP_FORMULA,
     PAD,
@@ -63,6 +56,13 @@ from common import (
     torch_transformer_steps,
     training_flops,
 )
+from torch import Tensor, nn
+
+from annotated_transformer.batching import Batch
+from annotated_transformer.losses import LabelSmoothing, LossFn, sequence_loss, smoothed_targets
+from annotated_transformer.model import ModelConfig, MultiHeadedAttention
+from annotated_transformer.pipeline import EpochOptions, FusedLabelSmoothing, train_epoch
+from annotated_transformer.training import Updates, noam_optimizer
 
 
 class MaterializedLabelSmoothing(nn.Module):

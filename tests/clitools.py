@@ -4,9 +4,9 @@ in a process of its own, and the flags of a run on your own files."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
-import shutil
 from pathlib import Path
 
 import pytest

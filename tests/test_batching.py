@@ -21,8 +21,13 @@ import torch
 from synthetic import sampled_pairs
 
 from annotated_transformer.batching import Batch, collate, copy_task_batches
-from annotated_transformer.data import TokenBatchSampler, Vocab, encode_pairs, load_tokenizers
-from annotated_transformer.data import make_loader
+from annotated_transformer.data import (
+    TokenBatchSampler,
+    Vocab,
+    encode_pairs,
+    load_tokenizers,
+    make_loader,
+)
 
 V = 11  # vocabulary of the copy task: 0 padding, 1 start, 2..10 content
 

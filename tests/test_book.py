@@ -31,12 +31,12 @@ import re
 import subprocess
 import sys
 import tarfile
-import tomllib
 import types
 from pathlib import Path
 
 import nbformat
 import pytest
+import tomllib
 import yaml
 from synthetic import tool
 

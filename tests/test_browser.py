@@ -29,7 +29,7 @@ What is checked, on the rendered pages:
 9. The heatmaps' labels are readable: on the attention chapter, every figure of
    annotated_transformer/figures.py (at most COLUMN inches wide at the dpi its PNG records)
    shows its LABEL_POINTS labels at 10 CSS px or more.
-10. Citations resolve: every link of every page to the references page (24_references.html#...)
+10. Citations resolve: every link of every page to the references page (25_references.html#...)
     leads to an element of that page with that id, and Part 1 has such links.
 11. The interactive attention view works by keyboard and on a phone: its tokens are reached with Tab
     and the arrow keys, and a focused token shows the weights that pointing at it shows; at 420 px
@@ -77,10 +77,10 @@ ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 SCREENSHOTS = ARTIFACTS / "screenshots"
 WIDE, NARROW = 1400, 420  # window widths: a laptop's, a phone's
-REFERENCES = "24_references.html"  # the page the citations link to (tools/render.py's REFERENCES)
+REFERENCES = "25_references.html"  # the page the citations link to (tools/render.py's REFERENCES)
 # pages with no imports to fold and few sections; the command line's snippets keep their imports
 # so that each can be copied whole
-NOT_CHAPTERS = ("index.html", "16_command_line.html", REFERENCES)
+NOT_CHAPTERS = ("index.html", "23_command_line.html", REFERENCES)
 CHROMIUM_FLAGS = [
     "--no-sandbox",
     "--disable-gpu",

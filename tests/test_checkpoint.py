@@ -38,8 +38,8 @@ from annotated_transformer.checkpoint import (
 from annotated_transformer.config import RuntimeOptions, TrainConfig, run_model
 from annotated_transformer.data import SPECIALS, InMemory, Vocab
 from annotated_transformer.model import ModelConfig
+from annotated_transformer.pipeline import train
 from annotated_transformer.subwords import SubwordTokenizer
-from annotated_transformer.trainer import train
 from annotated_transformer.training import TrainState, noam_optimizer
 from annotated_transformer.translator import Translator
 

@@ -38,7 +38,7 @@ from annotated_transformer.checkpoint import load_checkpoint
 from annotated_transformer.cli import main, parser
 from annotated_transformer.config import ChoiceError, Choices, RuntimeOptions, TrainConfig, setting
 from annotated_transformer.data import split_files
-from annotated_transformer.translation import Search
+from annotated_transformer.fast_decoding import Search
 
 SENTENCE = "Ein Mann sieht einen Ball."
 
@@ -589,7 +589,7 @@ def test_cli_compares_no_records_setting_with_a_value() -> None:
 
 def test_a_new_option_is_one_field(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     """The change plan "a new CLI option": a field declared with `setting` in the record it sets
-    (here a search option, in translation's Search) is a flag with its help, default and range,
+    (here a search option, in fast decoding's Search) is a flag with its help, default and range,
     checked by the record; cli.py is not touched."""
 
     @dataclasses.dataclass(frozen=True)

@@ -178,8 +178,7 @@ def test_validation_perplexity_is_of_the_true_words_without_smoothing(run: Path)
     "val_ppl: exp of the mean cross-entropy of the reference words, not of the smoothed loss."
     import torch.nn.functional as F
 
-    from annotated_transformer.data import make_loader
-    from annotated_transformer.data import encode_pairs
+    from annotated_transformer.data import encode_pairs, make_loader
 
     ckpt = load_checkpoint(run / "last.pt")
     model, (tok_src, tok_tgt) = ckpt.build_model(), ckpt.tokenizers()

@@ -21,10 +21,14 @@ import torch
 from torch._dynamo.utils import counters
 
 from annotated_transformer.config import ChoiceError, ModelConfig
-from annotated_transformer.fast_decoding import beam_search, compiled_step, greedy_search
-from annotated_transformer.fast_decoding import StaticDecoderCache
+from annotated_transformer.fast_decoding import (
+    Search,
+    StaticDecoderCache,
+    beam_search,
+    compiled_step,
+    greedy_search,
+)
 from annotated_transformer.model import EncoderDecoder
-from annotated_transformer.translation import Search
 from annotated_transformer.translator import Translator, check_compilable
 
 pytestmark = pytest.mark.skipif(
@@ -160,8 +164,8 @@ def test_translate_compile_gives_the_same_translations(tiny_checkpoint: Path) ->
 
 def test_ctranslate2_refuses_compile(tiny_checkpoint: Path, tmp_path: Path) -> None:
     pytest.importorskip("ctranslate2")
-    from annotated_transformer.engines import ExportedTranslator, export_model
     from annotated_transformer.checkpoint import load_checkpoint
+    from annotated_transformer.engines import ExportedTranslator, export_model
 
     folder = export_model(load_checkpoint(tiny_checkpoint), tmp_path / "ct2")
     engine = ExportedTranslator.from_dir(folder)

@@ -25,9 +25,9 @@ import pytest
 import torch
 from clitools import refused
 
+from annotated_transformer import config, fast_decoding
 from annotated_transformer.checkpoint import RunCheckpoint, load_checkpoint, save_checkpoint
 from annotated_transformer.cli import main
-from annotated_transformer import config, translation
 from annotated_transformer.config import (
     DEFAULT_VOCAB_SIZE,
     PRESETS,
@@ -549,8 +549,8 @@ TRIVIAL = (None, True, False, 0, 1, 0.0, 1.0, "")
 def _records() -> list[type]:
     "The records whose fields are settings: configuration's, and the search's where declared so."
     search = (
-        [translation.Search]
-        if any("help" in f.metadata for f in fields(translation.Search))
+        [fast_decoding.Search]
+        if any("help" in f.metadata for f in fields(fast_decoding.Search))
         else []
     )
     return RECORDS + search

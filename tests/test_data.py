@@ -31,8 +31,8 @@ from __future__ import annotations
 import functools
 import gzip
 import hashlib
-import io
 import http.server
+import io
 import json
 import os
 import random
@@ -48,6 +48,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from synthetic import sampled_pairs, write_split
 
 import annotated_transformer.data as data
 from annotated_transformer.config import ChoiceError
@@ -61,14 +62,14 @@ from annotated_transformer.data import (
     InMemory,
     Multi30k,
     ParallelFiles,
-    Vocab,
     SpacyTokenizer,
     Tokenizer,
+    Vocab,
     cache_dir,
     download,
     encode_pairs,
-    load_multi30k,
     join_words,
+    load_multi30k,
     load_tokenizers,
     multi30k_paths,
     open_corpus,
@@ -76,7 +77,6 @@ from annotated_transformer.data import (
     sha256_of_file,
     split_files,
 )
-from synthetic import sampled_pairs, write_split
 
 # Folders of synthetic Multi30k-named files differ from the published files, so reading them warns;
 # the tests of section 3 check that warning, the others need not see it.

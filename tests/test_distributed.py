@@ -1,7 +1,7 @@
 """Tests for data-parallel training (annotated_transformer.distributed, and the lines of train_epoch
 and train it relies on).
 
-Part 6 (nbs/17_distributed.ipynb) shows with real two-process runs that two processes train what one
+Part 6 (nbs/16_distributed.ipynb) shows with real two-process runs that two processes train what one
 process accumulating both their batches trains, and that a killed two-process run resumes to the
 uninterrupted weights. These tests check what the chapter does not show. Multi-process runs:
 `torchrun --standalone` starts two CPU processes with the gloo backend, training a tiny model
@@ -31,7 +31,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 import annotated_transformer
-from annotated_transformer import cli, trainer
+from annotated_transformer import cli, pipeline
 from annotated_transformer._chapters import largest_difference, run_cli, start_python
 from annotated_transformer.batching import Batch
 from annotated_transformer.checkpoint import load_checkpoint, save_checkpoint
@@ -40,8 +40,7 @@ from annotated_transformer.data import InMemory, load_multi30k
 from annotated_transformer.distributed import default_precision, start_runtime, unwrap
 from annotated_transformer.losses import LabelSmoothing, sequence_loss
 from annotated_transformer.model import ModelConfig
-from annotated_transformer.trainer import train
-from annotated_transformer.trainer import EpochOptions, train_epoch
+from annotated_transformer.pipeline import EpochOptions, train, train_epoch
 from annotated_transformer.training import Updates
 
 TINY = ["--model", "tiny", "--dropout", "0", "--warmup", "20", "--quiet"]
@@ -337,7 +336,7 @@ def test_the_command_line_leaves_the_precision_to_the_run_as_python_does(
     def recorded(out_dir, config=None, **kwargs):
         given.append(kwargs["options"])
 
-    monkeypatch.setattr(trainer, "train", recorded)
+    monkeypatch.setattr(pipeline, "train", recorded)
     monkeypatch.setattr(cli, "train", recorded, raising=False)
     assert cli.main(["train", "--out", str(tmp_path / "run"), "--data-dir", str(data_dir)]) == 0
     assert given[0].precision == RuntimeOptions().precision is None

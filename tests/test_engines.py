@@ -1,7 +1,7 @@
 """Exporting to CTranslate2 (annotated_transformer.engines) and serving the export: `export`, and
 `translate` and `evaluate` through the exported folder or with --engine ctranslate2.
 
-What is checked (beyond nbs/21_engines.ipynb, whose checks compare the specification's
+What is checked (beyond nbs/22_engines.ipynb, whose checks compare the specification's
 log-probabilities with ours on random models of every kind, and translate with a tiny model):
 1. Exactness on trained tiny models: pre-norm and post-norm, separate (words) and tied (subwords)
    embeddings, sinusoidal and learned positions, narrow keys (d_k < d_v). Float32 greedy search
@@ -54,9 +54,9 @@ from annotated_transformer.engines import (
     is_exported,
     load_translator,
 )
+from annotated_transformer.fast_decoding import Search, Translating
 from annotated_transformer.model import count_parameters, subsequent_mask
 from annotated_transformer.recurrent import RecurrentConfig
-from annotated_transformer.translation import Search, Translating
 from annotated_transformer.translator import Translator, evaluate
 
 WORDS = [de for de, _ in synthetic_pairs()]

@@ -1,7 +1,7 @@
 """To and from the Hugging Face ecosystem (annotated_transformer.hub): `export --format
 transformers` and `load_pretrained` / `--checkpoint hf:NAME_OR_DIR`, all offline.
 
-What is checked (beyond nbs/22_hub.ipynb, whose checks compare random models of every kind,
+What is checked (beyond nbs/21_hub.ipynb, whose checks compare random models of every kind,
 the tokenizer on hard texts, one trained export and one OPUS-MT-shaped folder):
 1. Export, on models trained here: post-norm tied (Marian), post-norm with separate embeddings
    (Marian) and pre-norm tied (Pegasus), all with subwords. The folder loads with transformers'
@@ -49,10 +49,10 @@ from annotated_transformer._chapters import opus_like_folder, sampled_pairs
 from annotated_transformer.checkpoint import RunCheckpoint, load_checkpoint, save_checkpoint
 from annotated_transformer.cli import main
 from annotated_transformer.engines import export_format, export_model
+from annotated_transformer.fast_decoding import Search
 from annotated_transformer.hub import load_pretrained
 from annotated_transformer.model import ModelConfig, PositionwiseFeedForward, subsequent_mask
 from annotated_transformer.recurrent import RecurrentConfig
-from annotated_transformer.translation import Search
 from annotated_transformer.translator import Translator
 
 GREEDY, BEAM = Search(), Search(beam_size=4, alpha=0.0)  # the length penalty off: see the chapter

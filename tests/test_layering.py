@@ -90,7 +90,7 @@ def test_the_layering_check_can_fail() -> None:
         "b",
         "a",
     ]
-    assert imported_modules("from .trainer import train") == {"trainer"}
+    assert imported_modules("from .pipeline import train") == {"pipeline"}
     assert imported_modules("from annotated_transformer.cli import main") == {"cli"}
     assert imported_modules("import annotated_transformer.data as data") == {"data"}
     assert imported_modules("from . import runs\nimport torch") == {"runs"}

@@ -19,15 +19,15 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
+from synthetic import TINY_VOCAB as V
+from synthetic import assert_params_equal, params, tiny_model
 from torch import nn
 
 from annotated_transformer.batching import Batch, copy_task_batches
 from annotated_transformer.losses import LabelSmoothing, sequence_loss, smoothed_targets
 from annotated_transformer.model import Generator, ModelConfig
-from annotated_transformer.trainer import EpochOptions, FusedLabelSmoothing, train_epoch
+from annotated_transformer.pipeline import EpochOptions, FusedLabelSmoothing, train_epoch
 from annotated_transformer.training import Updates
-from synthetic import TINY_VOCAB as V
-from synthetic import assert_params_equal, params, tiny_model
 
 PAD = 0
 

@@ -12,12 +12,12 @@ What is checked:
    change exactly the parameters they name; 9. what the chapter states without a cell of its own:
    eq. (4)'s "linear function of PE_pos" (a rotation, exact at every position) and PyTorch's
    `nn.LayerNorm` computing the paper's layer normalization; 10. the model's incremental step
-   (Part II, nbs/19_fast_decoding.ipynb's `model_step`): step by step equals the full decode, a
+   (Part II, nbs/17_fast_decoding.ipynb's `model_step`): step by step equals the full decode, a
    wrong cache gives a wrong step, rotary positions need one overridden method (`heads`), the
    export's accessors, and the model module holding the model alone. The values of eq. (4), the
    embedding scale and `subsequent_mask` are checked where Part 1 shows them (nbs/01_model.ipynb);
    the named sizes in tests/test_config.py; `attention_weights` in tests/test_visualization.py and
-   nbs/10_figures.ipynb; the checks of every hyperparameter in nbs/01_model.ipynb.
+   nbs/18_figures.ipynb; the checks of every hyperparameter in nbs/01_model.ipynb.
 
 Everything runs on a CPU in a few seconds and needs no data or network.
 """
@@ -32,8 +32,8 @@ import pytest
 import torch
 from torch import nn
 
-from annotated_transformer.config import preset
 from annotated_transformer import model as model_module
+from annotated_transformer.config import preset
 from annotated_transformer.fast_decoding import (
     DecoderCache,
     KVCache,

@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from synthetic import write_treebank
 from clitools import (
     TINY_RUN,
     cli,
@@ -32,16 +31,17 @@ from clitools import (
     refused_while_parsing,
 )
 from nltk import Tree
+from synthetic import write_treebank
 
 from annotated_transformer.cli import main
 from annotated_transformer.translator import PARSING, Parser
-from annotated_transformer.trees import score_parses
 from annotated_transformer.trees import (
     Delinearized,
     Treebank,
     delinearize,
     evalb,
     linearize,
+    score_parses,
     show_tree,
 )
 

@@ -22,9 +22,13 @@ from test_model import RotaryAttention
 from annotated_transformer import model as model_module
 from annotated_transformer.checkpoint import load_checkpoint
 from annotated_transformer.cli import main
-from annotated_transformer.model import ModelConfig, MultiHeadedAttention, PositionalEncoding
-from annotated_transformer.model import Positions
-from annotated_transformer.translation import Search
+from annotated_transformer.fast_decoding import Search
+from annotated_transformer.model import (
+    ModelConfig,
+    MultiHeadedAttention,
+    PositionalEncoding,
+    Positions,
+)
 from annotated_transformer.translator import Translator
 
 CONFIG = """

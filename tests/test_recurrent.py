@@ -1,6 +1,6 @@
 """Tests for annotated_transformer.recurrent (Part 8) and `annotated-transformer train --arch`.
 
-What is checked (beyond nbs/18_recurrent.ipynb, whose checks cover the attention score by hand, the
+What is checked (beyond nbs/09_recurrent.ipynb, whose checks cover the attention score by hand, the
 configuration's errors, the shapes, one step of the lexical model, and step-by-step decoding against
 teacher forcing):
 1. Masking: padding never receives attention, and padding a sentence further changes none of its
@@ -30,8 +30,8 @@ from annotated_transformer.checkpoint import load_checkpoint
 from annotated_transformer.cli import main
 from annotated_transformer.fast_decoding import beam_search, greedy_search
 from annotated_transformer.losses import LabelSmoothing, sequence_loss
+from annotated_transformer.pipeline import EpochOptions, train_epoch
 from annotated_transformer.recurrent import ARCHS, RecurrentConfig, RecurrentEncoderDecoder
-from annotated_transformer.trainer import EpochOptions, train_epoch
 from annotated_transformer.training import Updates
 
 DEPTHS = [(1, 1), (2, 3)]  # the baseline and the deeper variant
@@ -285,8 +285,8 @@ def test_the_attention_of_a_recurrent_model_is_its_attention_over_the_source() -
     # Translator.attention takes the maps a recurrent model collects itself: one layer, one head,
     # over the source
     from annotated_transformer.data import SPECIALS, SpacyTokenizer, Vocab
-    from annotated_transformer.translator import Translator
     from annotated_transformer.figures import AttentionView
+    from annotated_transformer.translator import Translator
 
     src_vocab, tgt_vocab = (
         Vocab([*SPECIALS, "Ein", "Hund", "läuft", "."]),

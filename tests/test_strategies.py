@@ -16,13 +16,12 @@ import pytest
 import torch
 
 from annotated_transformer import fast_decoding
+from annotated_transformer.checkpoint import load_checkpoint
 from annotated_transformer.cli import main
 from annotated_transformer.config import ChoiceError
 from annotated_transformer.decoding import Hypothesis
 from annotated_transformer.engines import ExportedTranslator, export_model
-from annotated_transformer.checkpoint import load_checkpoint
-from annotated_transformer.fast_decoding import banned_tokens, begin_decoding
-from annotated_transformer.translation import Search
+from annotated_transformer.fast_decoding import Search, banned_tokens, begin_decoding
 from annotated_transformer.translator import Translator
 
 SENTENCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]

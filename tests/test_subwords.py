@@ -31,7 +31,7 @@ from subword_nmt.apply_bpe import BPE
 from subword_nmt.learn_bpe import learn_bpe as reference_learn_bpe
 from synthetic import sampled_pairs
 
-from annotated_transformer.data import SPECIALS, Tokenizer
+from annotated_transformer.data import SPECIALS
 from annotated_transformer.subwords import (
     LITERAL_MARK,
     SubwordTokenizer,
@@ -43,6 +43,7 @@ from annotated_transformer.subwords import (
     with_separator,
     word_counts,
 )
+from annotated_transformer.translation import Tokenizer
 
 
 # ============================================================= the teaching BPE against subword-nmt

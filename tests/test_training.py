@@ -22,15 +22,15 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from synthetic import TINY_VOCAB as V
+from synthetic import assert_params_equal, params, tiny_model
 from torch import nn
 
 from annotated_transformer.batching import Batch, copy_task_batches
 from annotated_transformer.losses import LabelSmoothing, LossFn, sequence_loss
 from annotated_transformer.model import ModelConfig
-from annotated_transformer.trainer import EpochOptions, train_epoch
+from annotated_transformer.pipeline import EpochOptions, train_epoch
 from annotated_transformer.training import TrainState, Updates, noam_optimizer, rate, run_epoch
-from synthetic import TINY_VOCAB as V
-from synthetic import assert_params_equal, params, tiny_model
 
 PAD = 0
 

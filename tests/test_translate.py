@@ -25,9 +25,10 @@ import torch
 from annotated_transformer.checkpoint import average_last, load_checkpoint
 from annotated_transformer.config import ChoiceError, check_setting
 from annotated_transformer.data import SPECIALS, SpacyTokenizer, Vocab, load_tokenizers
+from annotated_transformer.fast_decoding import GREEDY, Search, Translating
 from annotated_transformer.model import ModelConfig, count_parameters
 from annotated_transformer.subwords import SubwordTokenizer
-from annotated_transformer.translation import GREEDY, Search, Translating, bleu
+from annotated_transformer.translation import bleu
 from annotated_transformer.translator import (
     Evaluation,
     SentenceError,

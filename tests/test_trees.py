@@ -1,4 +1,4 @@
-"""The treebank and its trees (annotated_transformer.trees, chapter 21): no real treebank needed,
+"""The treebank and its trees (annotated_transformer.trees, chapter 11): no real treebank needed,
 every tree here is written by hand.
 
 1. read_trees: several trees a file, the unlabelled wrapper gone (TOP when it holds several),
@@ -26,7 +26,6 @@ from nltk import Tree
 
 from annotated_transformer import data
 from annotated_transformer.config import ChoiceError
-from annotated_transformer.trees import right_branching_scores, score_parses
 from annotated_transformer.trees import (
     SPLIT_FILES,
     XX,
@@ -43,6 +42,8 @@ from annotated_transformer.trees import (
     plain_label,
     read_trees,
     right_branching,
+    right_branching_scores,
+    score_parses,
     sentence_score,
     show_tree,
     split_trees,

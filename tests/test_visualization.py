@@ -40,7 +40,7 @@ from annotated_transformer.figures import (
     plot_sentence,
 )
 from annotated_transformer.model import ModelConfig
-from annotated_transformer.trainer import train
+from annotated_transformer.pipeline import train
 from annotated_transformer.translator import Translator
 from annotated_transformer.visualization import head_measures
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # §6.3 at a CPU's scale: the Transformer and Part 8's attentional LSTM trained on the Penn Treebank
-# sample's training files (the split of nbs/23_parsing.ipynb), two seeds each; then every run and the
+# sample's training files (the split of nbs/24_parsing.ipynb), two seeds each; then every run and the
 # right-branching baseline scored on the test files with EVALB's rules, greedily and with the paper's
 # search (beam 21, alpha 0.3, input + 300). Runs go to RUNS_DIR/NAME-seedS (resumed if there); what
 # the chapter reads goes to RESULTS_DIR. The treebank: $TREEBANK_DIR, or nltk's data folders.

@@ -16,8 +16,7 @@ from pathlib import Path
 
 from annotated_transformer.model import count_parameters
 from annotated_transformer.translator import PARSING, Parser
-from annotated_transformer.trees import right_branching_scores, score_parses
-from annotated_transformer.trees import Treebank, show_tree
+from annotated_transformer.trees import Treebank, right_branching_scores, score_parses, show_tree
 
 SEARCHES = {"greedy": dataclasses.replace(PARSING, beam_size=1), "beam21": PARSING}
 

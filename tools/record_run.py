@@ -23,8 +23,8 @@ import torch
 
 from annotated_transformer.checkpoint import RunCheckpoint, average_last, load_checkpoint
 from annotated_transformer.data import load_multi30k
+from annotated_transformer.fast_decoding import Search
 from annotated_transformer.model import count_parameters
-from annotated_transformer.translation import Search
 from annotated_transformer.translator import Translator
 
 PAPER_AVERAGE = 5  # §6.1: the average of the last 5 checkpoints

@@ -153,7 +153,7 @@ def _imports(nodes: list[ast.stmt]) -> bool:
     return all(one(node) for node in nodes)
 
 
-REFERENCES = "24_references.html"  # the references page the citations link to
+REFERENCES = "25_references.html"  # the references page the citations link to
 # The paper's "[5, 2, 35]", not a Markdown link
 CITATION = re.compile(r"\[(\d+(?:,\s*\d+)*)\](?!\()")
 

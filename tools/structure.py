@@ -103,28 +103,53 @@ def written_by_notebook(nbs: Path = ROOT / "nbs") -> dict[str, list[str]]:
 PART_I = re.compile(r"^0[1-8]_")  # the learner's chapters (tools/prose.py's PART_I)
 
 
+def runtime_imports(path: Path) -> set[str]:
+    """The package modules a module imports at run time (an import under `if TYPE_CHECKING:` is a
+    type hint's, not code the module runs)."""
+    tree = ast.parse(path.read_text())
+    hints = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)
+    ]
+    hinted = {id(x) for h in hints for x in ast.walk(h)}
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and id(node) not in hinted:
+            if node.level == 1 or node.module.startswith("annotated_transformer."):
+                imported.add(node.module.split(".")[-1 if node.level == 0 else 0])
+    return imported
+
+
 def part_one_imports(nbs: Path = ROOT / "nbs", package: Path = PACKAGE) -> dict[str, list[str]]:
-    """Part I module -> the Part II modules it imports at run time (an import under
-    `if TYPE_CHECKING:` is a type hint's, not code the module runs)."""
+    "Part I module -> the Part II modules it imports at run time."
     written_by = writers(nbs)
     part_one = {m for m, notebooks in written_by.items() if all(PART_I.match(n) for n in notebooks)}
     found = {}
     for module in sorted(part_one):
-        tree = ast.parse((package / f"{module}.py").read_text())
-        hints = [
-            n
-            for n in ast.walk(tree)
-            if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)
-        ]
-        hinted = {id(x) for h in hints for x in ast.walk(h)}
-        imported = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and id(node) not in hinted:
-                if node.level == 1 or node.module.startswith("annotated_transformer."):
-                    imported.add(node.module.split(".")[-1 if node.level == 0 else 0])
+        imported = runtime_imports(package / f"{module}.py")
         later = sorted(m for m in imported if m in written_by and m not in part_one)
         if later:
             found[module] = later
+    return found
+
+
+def chapter(notebook: str) -> int:
+    "A chapter's number, from its notebook's name: 09_recurrent -> 9."
+    return int(notebook.split("_")[0])
+
+
+def later_chapter_imports(nbs: Path = ROOT / "nbs", package: Path = PACKAGE) -> list[str]:
+    """Every module that imports, at run time, a module a later chapter writes: 'a (09) imports b
+    (12)'. The chapters read in order, so each chapter's code stands on what came before it."""
+    written_by = {m: chapter(nbs[0]) for m, nbs in writers(nbs).items() if nbs[0][0].isdigit()}
+    found = []
+    for module, number in sorted(written_by.items(), key=lambda item: (item[1], item[0])):
+        for imported in sorted(runtime_imports(package / f"{module}.py")):
+            if written_by.get(imported, 0) > number:
+                found.append(
+                    f"{module} ({number:02d}) imports {imported} ({written_by[imported]:02d})"
+                )
     return found
 
 
@@ -242,6 +267,10 @@ def report() -> None:
     print(f"Part I modules importing Part II modules: {len(later)}")
     for module, imported in later.items():
         print(f"  {module:<28} {', '.join(imported)}")
+    backwards = later_chapter_imports()
+    print(f"modules importing a later chapter's module: {len(backwards)}")
+    for line in backwards:
+        print(f"  {line}")
     private = private_imports()
     print(f"private names the notebooks import from the package: {len(private)}")
     for name in private:

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from clitools import TINY_RUN, train_argv, copy_run, one_line_failure
+from clitools import TINY_RUN, copy_run, one_line_failure, train_argv
 
 from annotated_transformer import runs
 from annotated_transformer.checkpoint import load_checkpoint

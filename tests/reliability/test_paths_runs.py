@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from clitools import TINY_RUN, train_argv, copy_run, one_line_failure
+from clitools import TINY_RUN, copy_run, one_line_failure, train_argv
 
 from annotated_transformer.checkpoint import load_checkpoint, torch_load_safely
 from annotated_transformer.cli import main

@@ -23,7 +23,7 @@ from clitools import environment, one_error_line, refused
 from annotated_transformer import cli
 from annotated_transformer.cli import main
 from annotated_transformer.config import MAX_PARAMETERS, RuntimeOptions
-from annotated_transformer.translation import Search
+from annotated_transformer.fast_decoding import Search
 
 CATCH_ALL = "internal error"
 

@@ -18,16 +18,16 @@ import pytest
 import torch
 from clitools import TINY_RUN, train_argv
 
-from annotated_transformer import trainer
+from annotated_transformer import pipeline
 from annotated_transformer.checkpoint import load_checkpoint
 from annotated_transformer.cli import main
-from annotated_transformer.trainer import Learner, perplexity, restore
+from annotated_transformer.pipeline import Learner, perplexity, restore
 from annotated_transformer.training import noam_optimizer
 
 
 def nan_from_batch(at: int, in_epoch: int = 2):
     "A fit_epoch whose loss is NaN from the `at`-th training batch of epoch `in_epoch` on."
-    real = trainer.fit_epoch
+    real = pipeline.fit_epoch
 
     def fit_epoch(epoch, learner, *rest):
         if epoch + 1 == in_epoch:
@@ -49,7 +49,7 @@ def diverged(synthetic_corpus: Path, tmp_path_factory: pytest.TempPathFactory):
     "A run whose second epoch diverges at its third batch: its folder, status, stdout and stderr."
     out = tmp_path_factory.mktemp("runs") / "run"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(trainer, "fit_epoch", nan_from_batch(3))
+        patch.setattr(pipeline, "fit_epoch", nan_from_batch(3))
         with redirect_stdout(io.StringIO()) as out_text, redirect_stderr(io.StringIO()) as err_text:
             status = main(train_argv(out, synthetic_corpus, "--epochs", "2"))
     return out, status, out_text.getvalue(), err_text.getvalue()
@@ -78,7 +78,7 @@ def test_a_run_that_diverges_at_once_says_nothing_was_written(
     synthetic_corpus, tmp_path, capsys, monkeypatch
 ):
     "Epoch 1 diverges at its first batch: no checkpoint, and the folder it made is gone."
-    monkeypatch.setattr(trainer, "fit_epoch", nan_from_batch(1, in_epoch=1))
+    monkeypatch.setattr(pipeline, "fit_epoch", nan_from_batch(1, in_epoch=1))
     out = tmp_path / "run"
     out.mkdir()
     shutil.copy(Path(__file__), out / "notes.py")  # a file of the user's: kept

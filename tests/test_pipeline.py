@@ -1,4 +1,4 @@
-"""Tests for annotated_transformer.trainer (training in Python, step by step) and .runs (run
+"""Tests for annotated_transformer.pipeline (training in Python, step by step) and .runs (run
 folders).
 
 1. `train` in Python: what it returns, writes and logs; a resume that ends where an uninterrupted
@@ -33,7 +33,7 @@ import pytest
 import torch
 from synthetic import made_up_pairs, synthetic_pairs, write_lines
 
-import annotated_transformer.trainer as trainer
+import annotated_transformer.pipeline as pipeline
 from annotated_transformer.checkpoint import ResumeState, RunCheckpoint, load_checkpoint, rng_state
 from annotated_transformer.config import (
     DEFAULT_VOCAB_SIZE,
@@ -58,23 +58,14 @@ from annotated_transformer.data import (
 from annotated_transformer.distributed import DistributedSetup
 from annotated_transformer.losses import LabelSmoothing
 from annotated_transformer.model import ModelConfig
-from annotated_transformer.runs import (
-    claim_run_folder,
-    existing_run,
-    save_epoch,
-    write_history,
-    write_marker,
-)
-from annotated_transformer.subwords import SubwordTokenizer
-from annotated_transformer.training import TrainState, noam_optimizer
-from annotated_transformer.trainer import (
+from annotated_transformer.pipeline import (
     VAL_EXTRA,
+    RunSetup,
     build_learner,
     build_vocabularies,
     check_lengths,
     check_same_data,
     epoch_checkpoint,
-    RunSetup,
     load_pairs,
     new_tokenizers,
     prepare_data,
@@ -86,6 +77,15 @@ from annotated_transformer.trainer import (
     training_subset,
     validate,
 )
+from annotated_transformer.runs import (
+    claim_run_folder,
+    existing_run,
+    save_epoch,
+    write_history,
+    write_marker,
+)
+from annotated_transformer.subwords import SubwordTokenizer
+from annotated_transformer.training import TrainState, noam_optimizer
 
 SMALL = TrainConfig(
     model=ModelConfig(N=1, d_model=16, d_ff=32, h=2, norm_first=True),
@@ -379,7 +379,7 @@ def test_your_own_files_without_a_configuration_train_tied_subwords(
 ) -> None:
     "train(out, files=...): subwords of DEFAULT_VOCAB_SIZE, one vocabulary, tied weights."
     resolved = []
-    real = trainer.resolve_config
+    real = pipeline.resolve_config
 
     def one_epoch(*args, **kwargs) -> TrainConfig:
         # the configuration train resolves, trained for one epoch instead of its twenty: the test
@@ -387,7 +387,7 @@ def test_your_own_files_without_a_configuration_train_tied_subwords(
         resolved.append(real(*args, **kwargs))
         return replace(resolved[-1], epochs=1)
 
-    monkeypatch.setattr(trainer, "resolve_config", one_epoch)
+    monkeypatch.setattr(pipeline, "resolve_config", one_epoch)
     files = long_word_files(tmp_path)
     ckpt = train(tmp_path / "run", corpus=ParallelFiles(**files), options=QUIET, log=nothing)
     assert resolved == [resolve_config(own_files=True)] and resolved[0].epochs == 20
@@ -588,7 +588,7 @@ def test_train_sets_up_the_runtime_and_resolves_the_precision(
 
     calls = []
     monkeypatch.setattr(distributed, "default_precision", lambda device: "bf16")
-    monkeypatch.setattr(trainer, "cleanup_distributed", lambda: calls.append("cleanup"))
+    monkeypatch.setattr(pipeline, "cleanup_distributed", lambda: calls.append("cleanup"))
     logged = []
     options = replace(QUIET, precision=None)
     ckpt = train(
