@@ -23,10 +23,11 @@ make_model, Translator, train`.
 - `annotated_transformer.distributed` (many GPUs): `setup_distributed`, `wrap_for_training`, `model_flops_utilization`
 - `annotated_transformer.fast_decoding` (fast decoding): `Search`, `Translating`, `greedy_search`, `beam_search`, `model_step`, `KVCache`, `CompiledDecoder`
 - `annotated_transformer.figures` (attention figures): `attention_weights`, `AttentionMaps`, `plot_attention`, `plot_sentence`, `AttentionView`
-- `annotated_transformer.translator` (the translator): `Translator`, `evaluate`, `Parser`
+- `annotated_transformer.translator` (the translator): `Translator`, `evaluate`
 - `annotated_transformer.pipeline` (the training pipeline): `train_epoch` (the epoch at scale), `FusedLabelSmoothing`, `train`, and the steps it is made of
 - `annotated_transformer.hub` (to and from the Hugging Face Hub): `load_pretrained`, `save_transformers`, `to_transformers`, `from_transformers`
 - `annotated_transformer.engines` (serving with CTranslate2): `export_model`, `ExportedTranslator`, `is_exported`
+- `annotated_transformer.parsing` (constituency parsing, §6.3): `PARSING`, `Parser`, `parse_stream`
 - `annotated_transformer._chapters` (hand-written, private): what the notebooks share to run their chapters
 - `annotated_transformer.cli` (hand-written): the console command `annotated-transformer`
 
@@ -41,6 +42,7 @@ Modules:
 - `annotated_transformer.fast_decoding`: The searches of §6.1 made fast: the model run one position at a time over a cache of keys and values, many sentences and their beams decoded together, and a cache of fixed size that `torch.compile` compiles once; the settings of a search, one table of strategies, and what any translator offers.
 - `annotated_transformer.figures`: The drawing code behind [What the model attends to](08_attention.ipynb): heatmaps sized for the page, a figure that shows itself without pyplot, and the self-contained HTML view.
 - `annotated_transformer.hub`: Our models written as Marian or Pegasus models that `transformers` loads, exactly, with their tokenizer and a model card; and the OPUS-MT models of the Hub read into our own model, translated with our searches and drawn with our attention maps.
+- `annotated_transformer.parsing`: The paper's last experiment: the Transformer trained to turn English sentences into their constituency trees, [written as sequences](11_trees.ipynb) and scored as the field scores parsers; and compared, at a CPU's scale, with the attentional LSTM of the recurrent chapter and a right-branching baseline.
 - `annotated_transformer.pipeline`: The engine behind the training chapters of Part I: the epoch at scale, the label-smoothed loss without its log-probabilities, and the trainer's steps from sentence pairs to a checkpoint per epoch.
 - `annotated_transformer.runs`: A training run's folder: one writer at a time, no run replaced before its successor can start, no file written through a link, and files written so that an interruption never leaves a half-written one behind, nor debris that the next start does not clean.
 - `annotated_transformer.translation`: Text in, text out: what a tokenizer does, and BLEU, the paper's score, defined and computed by hand once, then as the field reports it.
@@ -65,7 +67,8 @@ _HOMES = {
     "data": ["Corpus", "Multi30k", "ParallelFiles", "InMemory", "open_corpus"],
     "checkpoint": ["load_checkpoint", "average_last"],
     "translation": ["bleu"],
-    "translator": ["Translator", "evaluate", "Parser"],
+    "translator": ["Translator", "evaluate"],
+    "parsing": ["Parser"],
     "engines": ["export_model", "ExportedTranslator", "load_translator"],
     "pipeline": ["train"],
     "figures": ["plot_attention", "AttentionView"],

@@ -33,9 +33,9 @@ from annotated_transformer.engines import ENGINES, FORMATS, QUANTIZATIONS, Expor
 from annotated_transformer.engines import export_checkpoint, load_translator
 from annotated_transformer.fast_decoding import Search, Translating
 from annotated_transformer.hub import pretrained_name
+from annotated_transformer.parsing import PARSING, Parser, parse_stream
 from annotated_transformer.pipeline import resolve_run_config, run_corpus, train
-from annotated_transformer.translator import PARSING, Parser, chunks, evaluate, input_lines
-from annotated_transformer.translator import parse_stream, translate_stream
+from annotated_transformer.translator import chunks, evaluate, input_lines, translate_stream
 
 EXAMPLES = """\
 annotated-transformer train --out runs/multi30k                  # Multi30k German->English, words

@@ -294,7 +294,9 @@ class RuntimeOptions:
     tensorboard: bool = setting(False, "also write TensorBoard logs to OUT/tensorboard")
     progress: bool = setting(True, _QUIET, flag="--quiet")  # the flag turns it off
     max_parameters: int = setting(MAX_PARAMETERS, _MAX_PARAMETERS, low=1)  # checked before loading
-    keep_epochs: int = setting(5, None, low=1)  # weights-only epoch checkpoints kept, for averaging
+    keep_epochs: int = setting(  # weights-only epoch checkpoints kept
+        5, "the last N epochs' weights kept (averaging; scoring each epoch)", low=1, metavar="N"
+    )
 
     def __post_init__(self):
         check_settings(self)

@@ -34,13 +34,15 @@ from annotated_transformer.model import (
     subsequent_mask,
 )
 from .translation import BleuScores, Tokenizer, bleu
+from .trees import TreeGrammar
 
 # %% auto #0
 __all__ = ['GREEDY', 'Scored', 'Strategy', 'STRATEGIES', 'ROOM', 'SOURCE_STEP', 'StepDecoder', 'PrefixDecoder', 'move_rows',
            'KVCache', 'attention_step', 'memory_heads', 'source_step', 'position_step', 'DecoderCache', 'layer_step',
            'model_step', 'CachedDecoder', 'Decodable', 'begin_decoding', 'greedy_search', 'beam_search', 'Search',
-           'Translating', 'banned_tokens', 'strategy_of', 'run_strategy', 'projections', 'norms', 'norm_first',
-           'encodings', 'StaticKVCache', 'round_up', 'StaticDecoderCache', 'compiled_step', 'CompiledDecoder']
+           'Translating', 'RowState', 'Grammar', 'ConstrainedDecoder', 'Constrained', 'banned_tokens', 'strategy_of',
+           'run_strategy', 'projections', 'norms', 'norm_first', 'encodings', 'StaticKVCache', 'round_up',
+           'StaticDecoderCache', 'compiled_step', 'CompiledDecoder']
 
 # %% ../nbs/17_fast_decoding.ipynb #5d6be7dc
 @runtime_checkable
@@ -462,8 +464,9 @@ class Search:
     allow_unk: bool = setting(False, "let translations contain <unk> (default: the next best word)")
     batch_size: int = setting(128, "sentences decoded together (fewer: less memory)", low=1)
     compile: bool = setting(False, "compile the decoder for speed (a C++ compiler; a slow start)")
-    # the decoding strategy by name; None: greedy search for a beam of 1, beam search above
-    strategy: str | None = setting(None, "decoding strategy (default: by --beam)", metavar="NAME")
+    strategy: str | None = setting(  # a key of STRATEGIES; None: by the beam size
+        None, "greedy, beam or trees (default: by --beam; parse: trees)", metavar="NAME"
+    )
 
     def __post_init__(self):
         check_settings(self)
@@ -510,6 +513,62 @@ class Translating(Protocol):
         "BLEU of the translations of `sentences` against `references`."
         return bleu(self.translate(sentences, search), references, self.tgt_tokenizer)
 
+# %% ../nbs/17_fast_decoding.ipynb #c0a51002
+class RowState(Protocol):
+    "A grammar's state of each row: kept, dropped and reordered with the rows."
+
+    def select(self, rows: Tensor) -> None: ...
+
+
+class Grammar(Protocol):
+    "What a constrained search asks before each step: the tokens each row may write next."
+
+    def start(self, words: Tensor, room: Tensor) -> RowState:
+        "Rows (R,) of sentences of `words` words, each with `room` tokens to write, </s> included."
+        ...
+
+    def allowed(self, state: RowState) -> Tensor:
+        "(R, V): True where a row may write a token next."
+        ...
+
+    def advance(self, state: RowState, tokens: Tensor) -> None:
+        "Each row wrote one token (R,)."
+        ...
+
+# %% ../nbs/17_fast_decoding.ipynb #c0a51003
+class ConstrainedDecoder:
+    "A `StepDecoder` that gives -inf to every token the grammar does not allow next."
+
+    def __init__(self, decoder: StepDecoder, grammar: Grammar, state: RowState):
+        self.decoder, self.grammar, self.state, self.started = decoder, grammar, state, False
+
+    def step(self, y: Tensor) -> Tensor:
+        "The log-probabilities (B', V) after the rows' newest tokens `y` (B',), masked."
+        if self.started:  # y holds what the rows wrote; before that, the start symbol
+            self.grammar.advance(self.state, y)
+        self.started = True
+        logp = self.decoder.step(y)
+        return logp.masked_fill(~self.grammar.allowed(self.state), -math.inf)
+
+    def select(self, rows: Tensor) -> None:
+        "Keep these rows, in this order: the decoder's and the grammar's alike."
+        self.decoder.select(rows)
+        self.state.select(rows)
+
+# %% ../nbs/17_fast_decoding.ipynb #c0a51007
+@dataclass
+class Constrained:
+    "A model whose searches write only what a grammar allows: a `Decodable`."
+
+    model: EncoderDecoder | Decodable
+    grammar: Grammar
+    state: RowState  # one row per sentence, before the first step
+    compiled: bool = False  # for a Transformer: CompiledDecoder
+
+    def begin_decoding(self, src: Tensor, src_mask: Tensor) -> StepDecoder:
+        decoder = begin_decoding(self.model, src, src_mask, compiled=self.compiled)
+        return ConstrainedDecoder(decoder, self.grammar, self.state)
+
 # %% ../nbs/17_fast_decoding.ipynb #8d2749da
 def banned_tokens(tgt_vocab: Vocab, search: Search) -> tuple[int, ...]:
     "The tokens no search may write: the vocabulary's own (`never`), and <unk> unless allowed."
@@ -535,8 +594,22 @@ def _beam(model, src, src_mask, limits, tgt_vocab, search) -> list[list[Hypothes
     how = dict(beam_size=search.beam_size, alpha=search.alpha, compiled=search.compile)
     return beam_search(model, src, src_mask, limits, *ends, banned=banned, **how)
 
+# %% ../nbs/17_fast_decoding.ipynb #c0a51006
+def _trees(model, src, src_mask, limits, tgt_vocab, search) -> list[list[Hypothesis]]:
+    "Greedy or beam search (by the beam size) that writes only trees over the source's words."
+    grammar = TreeGrammar(tgt_vocab.itos, tgt_vocab.eos, src.device)
+    words = src_mask.sum(dim=(1, 2)) - 2  # (B,): the source's tokens without <s> and </s>
+    room = torch.tensor(limits, device=src.device) - 1  # the tokens after <s>
+    constrained = Constrained(model, grammar, grammar.start(words, room), search.compile)
+    search_of = _greedy if search.beam_size == 1 else _beam
+    return search_of(constrained, src, src_mask, limits, tgt_vocab, search)
 
-STRATEGIES: dict[str, Strategy] = {"greedy": _greedy, "beam": _beam}  # name: search of a batch
+
+STRATEGIES: dict[str, Strategy] = {  # name: search of a batch
+    "greedy": _greedy,
+    "beam": _beam,
+    "trees": _trees,  # greedy or beam search, writing only trees (Trees as sequences)
+}
 
 # %% ../nbs/17_fast_decoding.ipynb #31f37cd5
 def strategy_of(search: Search) -> str:

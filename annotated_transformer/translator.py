@@ -27,14 +27,13 @@ from .fast_decoding import GREEDY, Scored, Search, Translating, run_strategy
 from .model import EncoderDecoder, count_parameters
 from .recurrent import RecurrentEncoderDecoder
 from .translation import BleuScores, Tokenizer, bleu
-from .trees import Delinearized, Treebank, delinearize, treebank_words
 
 if TYPE_CHECKING:  # the figures chapter's: matplotlib is loaded only when maps are asked for
     from annotated_transformer.figures import AttentionMaps
 
 # %% auto #0
-__all__ = ['PARSING', 'Translator', 'SentenceError', 'source_tokens', 'check_compilable', 'Evaluation', 'evaluate', 'input_lines',
-           'chunks', 'ctrl_c_held', 'output_lines', 'translate_stream', 'Parser', 'parse_stream']
+__all__ = ['Translator', 'SentenceError', 'source_tokens', 'check_compilable', 'Evaluation', 'evaluate', 'input_lines', 'chunks',
+           'ctrl_c_held', 'output_lines', 'translate_stream']
 
 # %% ../nbs/19_translator.ipynb #3c52f7eb
 @dataclass
@@ -347,51 +346,3 @@ def translate_stream(
                 raise ValueError(f"stopped at {at}: line {read + 1} {refused.reason}")
     except KeyboardInterrupt:
         raise KeyboardInterrupt(f"interrupted after writing {lines(written)}") from None
-
-# %% ../nbs/19_translator.ipynb #730ad8e5
-PARSING = Search(beam_size=21, alpha=0.3, max_extra=300)  # §6.3's decoding
-
-# %% ../nbs/19_translator.ipynb #b78a8703
-@dataclass
-class Parser:
-    "A model trained on the treebank, in use: sentences (space-separated words) in, trees out."
-
-    translator: Translating
-
-    @classmethod
-    def from_checkpoint(
-        cls, path: str | Path, device: str = "cpu", max_parameters: int = MAX_PARAMETERS
-    ) -> Parser:
-        "The parser a run's checkpoint holds; refused if the run did not train on the treebank."
-        ckpt = load_checkpoint(path, max_parameters=max_parameters)
-        if ckpt.config.corpus != Treebank.name:
-            raise ChoiceError(
-                f"{path} was trained on {ckpt.config.corpus}, not on the treebank: "
-                "it translates, it does not parse (translate it instead)"
-            )
-        return cls(Translator.from_checkpoint(ckpt, device))
-
-    def parse(
-        self, sentences: Sequence[str], search: Search = PARSING, progress: bool = False
-    ) -> list[Delinearized | None]:
-        "Each sentence's tree over its words, repaired if it had to be; None for a blank one."
-        words = [treebank_words(sentence) for sentence in sentences]
-        outputs = self.translator.translate([" ".join(w) for w in words], search, progress)
-        return [delinearize(out, w) if w else None for out, w in zip(outputs, words)]
-
-# %% ../nbs/19_translator.ipynb #bfdb4435
-from .trees import show_tree
-
-
-def parse_stream(
-    parser: Parser,
-    inputs: Iterable[list[str]],  # the sentences, a chunk at a time
-    out: TextIO,
-    search: Search = PARSING,
-    pretty: bool = False,  # each tree over several lines
-) -> None:
-    "Parse and write chunk after chunk, each tree as soon as it is found."
-    for chunk in inputs:
-        for parse in parser.parse(chunk, search):
-            out.write(("" if parse is None else show_tree(parse.tree, pretty)) + "\n")
-            out.flush()

@@ -19,15 +19,19 @@ from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+import torch
+from torch import Tensor
+
 from .config import ChoiceError
 
 if TYPE_CHECKING:
     from nltk import Tree
 
 # %% auto #0
-__all__ = ['TREEBANK_DIR_ENV', 'SPLIT_FILES', 'XX', 'DELETED_TAGS', 'DELETED_LABELS', 'EQUIVALENT', 'CUTOFF_LEN', 'Bracket',
-           'BRACKET_WORDS', 'nltk_tree', 'read_trees', 'is_preterminal', 'plain_label', 'clean', 'treebank_texts',
-           'split_trees', 'linearize', 'Delinearized', 'delinearize', 'evalb_label', 'brackets', 'BracketScore',
+__all__ = ['TREEBANK_DIR_ENV', 'SPLIT_FILES', 'XX', 'OTHER', 'OPEN', 'CLOSE', 'SLOT', 'END', 'DELETED_TAGS', 'DELETED_LABELS',
+           'EQUIVALENT', 'CUTOFF_LEN', 'Bracket', 'BRACKET_WORDS', 'nltk_tree', 'read_trees', 'is_preterminal',
+           'plain_label', 'clean', 'treebank_texts', 'split_trees', 'linearize', 'Delinearized', 'delinearize',
+           'TreeState', 'token_kind', 'TreeTokens', 'TreeGrammar', 'evalb_label', 'brackets', 'BracketScore',
            'sentence_score', 'length', 'ParseScores', 'evalb', 'SpaceTokenizer', 'treebank_words', 'sentence_pair',
            'Treebank', 'right_branching', 'tags', 'with_tags', 'show_tree', 'ParsingScores', 'score_parses',
            'right_branching_scores']
@@ -208,6 +212,92 @@ def delinearize(
     if len(top) == 1 and not is_preterminal(top[0]):
         return Delinearized(top[0], not repaired, tokens.count(XX))
     return Delinearized(top, False, tokens.count(XX))
+
+# %% ../nbs/11_trees.ipynb #7ee1a002
+OTHER, OPEN, CLOSE, SLOT, END = range(5)  # what a target token does to the tree being written
+
+
+@dataclass
+class TreeState:
+    "Where each row's output stands: words placed, constituents open, tokens left."
+
+    words: Tensor  # (R,) the sentence's words
+    room: Tensor  # (R,) tokens the row may still write, </s> included
+    placed: Tensor  # (R,) the XX written
+    depth: Tensor  # (R,) the constituents open
+    labels: Tensor  # (R, L) their labels' indices, outermost first
+    started: Tensor  # (R,) bool: the root has been opened
+    fresh: Tensor  # (R,) bool: the last token opened a constituent, still empty
+
+    def select(self, rows: Tensor) -> None:
+        "Keep these rows, in this order (a search dropping or reordering its rows)."
+        for name, value in vars(self).items():
+            setattr(self, name, value[rows])
+
+    def write(self, kind: Tensor, label: Tensor) -> None:
+        "One token per row, given by what it does (R,) and its label (R,)."
+        opens = kind == OPEN
+        at = self.depth.clamp(max=self.labels.size(1) - 1)[opens]
+        self.labels[opens.nonzero().squeeze(1), at] = label[opens]
+        self.depth = (self.depth + opens.long() - (kind == CLOSE).long()).clamp(min=0)
+        self.placed = self.placed + (kind == SLOT).long()
+        self.started, self.fresh, self.room = self.started | opens, opens, self.room - 1
+
+# %% ../nbs/11_trees.ipynb #7ee1a004
+def token_kind(token: str, closable: set[str]) -> int:
+    "What `token` does to a tree: OPEN only if its closing bracket is in the vocabulary."
+    if token == XX:
+        return SLOT
+    if token.startswith("(") and token[1:] in closable:
+        return OPEN
+    return CLOSE if token.startswith(")") and len(token) > 1 else OTHER
+
+
+class TreeTokens:
+    "What each token of a target vocabulary does to a tree, and its constituent's label."
+
+    def __init__(self, tokens: Sequence[str], end: int, device: torch.device | str = "cpu"):
+        closable = {t[1:] for t in tokens if t.startswith(")") and len(t) > 1}
+        self.labels = sorted(closable)
+        index = {label: i for i, label in enumerate(self.labels)}
+        kind = [token_kind(t, closable) for t in tokens]
+        kind[end] = END
+        label = [index[t[1:]] if k in (OPEN, CLOSE) else -1 for t, k in zip(tokens, kind)]
+        self.kind = torch.tensor(kind, device=device)  # (V,)
+        self.label = torch.tensor(label, device=device)  # (V,)
+
+    def advance(self, s: TreeState, tokens: Tensor) -> None:
+        "Write `tokens` (R,), one per row."
+        s.write(self.kind[tokens], self.label[tokens])
+
+# %% ../nbs/11_trees.ipynb #7ee1a005
+class TreeGrammar(TreeTokens):
+    "Which target tokens may come next, so that the output is a tree over the sentence's words."
+
+    def start(self, words: Tensor, room: Tensor) -> TreeState:
+        "Rows before their first token: `words` (R,) to place in at most `room` (R,) tokens."
+        short = (words > 0) & (room < words + 3)  # a root, its words, its closing bracket, </s>
+        if short.any():
+            n, r = int(words[short][0]), int(room[short][0])
+            raise ChoiceError(f"a tree over {n} words takes {n + 3} tokens, and {r} are allowed")
+        zero = torch.zeros_like(words)
+        labels = zero.new_zeros(len(words), int(room.max()) // 2 + 1 if len(room) else 1)
+        return TreeState(words, room.clone(), zero, zero, labels, zero.bool(), zero.bool())
+
+    def allowed(self, s: TreeState) -> Tensor:
+        "(R, V): the tokens each row may write next."
+        left = s.words - s.placed
+        fits = left + s.depth + 3 <= s.room  # one more bracket, and finishing after it
+        top = s.labels.gather(1, (s.depth - 1).clamp(min=0)[:, None])  # (R, 1) the innermost
+        mask = torch.zeros(len(left), len(self.kind), dtype=torch.bool, device=left.device)
+        for kind, may in [
+            (SLOT, (left > 0) & (s.depth > 0)),
+            (OPEN, (left > 0) & fits & ~(s.started & (s.depth == 0))),
+            (CLOSE, (s.depth > 0) & ~s.fresh & ((s.depth > 1) | (left == 0))),
+            (END, s.started & (s.depth == 0) | (s.words == 0)),
+        ]:
+            mask |= (self.kind == kind) & may[:, None]
+        return mask & ((self.kind != CLOSE) | (self.label == top))
 
 # %% ../nbs/11_trees.ipynb #0db4ef99
 DELETED_TAGS = {"-NONE-", ",", ":", "``", "''", "."}  # COLLINS.prm: words deleted before counting

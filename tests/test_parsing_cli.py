@@ -34,7 +34,7 @@ from nltk import Tree
 from synthetic import write_treebank
 
 from annotated_transformer.cli import main
-from annotated_transformer.translator import PARSING, Parser
+from annotated_transformer.parsing import PARSING, Parser
 from annotated_transformer.trees import (
     Delinearized,
     Treebank,
@@ -188,6 +188,33 @@ def test_the_models_parses_of_the_test_trees_are_scored(run, treebank):
     assert scores.scores.all.sentences == 8 and 0 <= scores.scores.all.f1 <= 100
     assert scores.scores.all.gold == evalb(golds, golds).all.gold
     assert scores.well_formed == 100 * sum(p.well_formed for p in parses) / 8  # exact: the same
+
+
+# ------------------------------------------------------------------------ only trees
+def test_the_trained_parser_writes_only_trees_by_default(run, treebank, capsys):
+    "PARSING's strategy writes trees: every output, greedy and beam, needs no repair."
+    golds = [*Treebank(treebank).trees("test"), *Treebank(treebank).trees("train")]
+    given = [" ".join(g.leaves()) for g in golds]
+    parser = Parser.from_checkpoint(run / "last.pt")
+    for search in (
+        dataclasses.replace(PARSING, beam_size=4),
+        dataclasses.replace(PARSING, beam_size=1),
+    ):
+        for found, gold in zip(parser.parse(given, search), golds):
+            assert found.well_formed and found.slots == len(gold.leaves()), show_tree(found.tree)
+            assert found.tree.leaves() == gold.leaves()
+    printed = parse(run, "--beam", "4", *given[:3], capsys=capsys)
+    beam4 = dataclasses.replace(PARSING, beam_size=4)
+    assert printed == [show_tree(p.tree) for p in parser.parse(given[:3], beam4)]
+
+
+def test_the_unconstrained_search_stays_available(run, capsys):
+    "--strategy beam (or greedy): the search as it was, its outputs repaired into trees."
+    lines = parse(run, "--strategy", "beam", *SENTENCES, capsys=capsys)
+    free = dataclasses.replace(PARSING, strategy="beam")
+    parses = Parser.from_checkpoint(run / "last.pt").parse(SENTENCES, free)
+    assert lines == [show_tree(p.tree) for p in parses]
+    assert [leaves(line) for line in lines] == [s.split() for s in SENTENCES]
 
 
 # ------------------------------------------------------------------------------------ resume

@@ -90,8 +90,14 @@ def test_an_engine_that_cannot_run_it_refuses_it_in_one_line(
 
 def test_an_unknown_strategy_is_refused_by_name(tiny_checkpoint: Path, capsys) -> None:
     translator = Translator.from_checkpoint(tiny_checkpoint)
-    with pytest.raises(ChoiceError, match=r"^strategy 'sample': choose one of greedy, beam$"):
+    with pytest.raises(
+        ChoiceError, match=r"^strategy 'sample': choose one of greedy, beam, trees$"
+    ):
         translator.translate(SENTENCES, Search(strategy="sample"))
     argv = ["translate", "--checkpoint", str(tiny_checkpoint), "--strategy", "nope", "Ein Hund."]
     assert main(argv) == 2
-    assert capsys.readouterr().err.strip().endswith("strategy 'nope': choose one of greedy, beam")
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("strategy 'nope': choose one of greedy, beam, trees")
+    )

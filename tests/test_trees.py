@@ -22,6 +22,7 @@ from pathlib import Path
 
 import nltk
 import pytest
+import torch
 from nltk import Tree
 
 from annotated_transformer import data
@@ -33,6 +34,7 @@ from annotated_transformer.trees import (
     Delinearized,
     SpaceTokenizer,
     Treebank,
+    TreeGrammar,
     brackets,
     clean,
     delinearize,
@@ -662,3 +664,80 @@ def test_the_slots_written_are_counted_before_the_repair(tokens, slots, counted)
     parse = delinearize(tokens.split(), gold.leaves())
     assert parse.slots == slots and parse.tree.leaves() == gold.leaves()
     assert score_parses([gold], [parse]).one_slot_per_word == counted
+
+
+# ------------------------------------------------------------------ 6. the search that writes trees
+TREE_TOKENS = ["<s>", "</s>", "<blank>", "<unk>", XX, "(S", ")S", "(NP", ")NP", "(VP", ")VP", "(PP"]
+
+
+def walk(grammar, words, room, seed: int) -> list[list[str]]:
+    """Each row's tokens, chosen at random among the allowed ones until </s>, the rows reordered
+    at random after every step (as a beam search reorders them); asserts the mask never empties."""
+    g = torch.Generator().manual_seed(seed)
+    rows = len(words)
+    state, written = grammar.start(words, room), [[] for _ in range(rows)]
+    while not all(w and w[-1] == "</s>" for w in written):
+        mask = grammar.allowed(state)
+        assert mask.any(dim=1).all(), "a row with no allowed token"
+        choice = torch.multinomial(mask.float(), 1, generator=g).squeeze(1)
+        for w, c in zip(written, choice.tolist()):
+            if not (w and w[-1] == "</s>"):
+                w.append(TREE_TOKENS[c])
+        grammar.advance(state, choice)
+        order = torch.randperm(rows, generator=g)
+        state.select(order)
+        written = [written[i] for i in order]
+        words, room = words[order], room[order]
+    return [w[:-1] for w in written], words.tolist(), room.tolist()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_every_walk_the_grammar_allows_is_a_tree_over_the_words(seed: int) -> None:
+    grammar = TreeGrammar(TREE_TOKENS, end=1)
+    g = torch.Generator().manual_seed(100 + seed)
+    words = torch.randint(0, 12, (200,), generator=g)
+    room = words + 3 + torch.randint(0, 20, (200,), generator=g)
+    for out, n, r in zip(*walk(grammar, words, room, seed)):
+        sentence = [f"w{i}" for i in range(n)]
+        back = delinearize(out, sentence)
+        assert back.tree.leaves() == sentence and back.slots == n, out
+        assert back.well_formed or n == 0, out  # no word: no tree, and nothing written
+        assert len(out) + 1 <= r  # </s> included, within the room
+        assert "(PP" not in out  # its closing bracket is not in the vocabulary
+
+
+def test_the_grammar_allows_exactly_the_next_steps_of_a_tree() -> None:
+    grammar = TreeGrammar(TREE_TOKENS, end=1)
+    state = grammar.start(torch.tensor([2, 0]), torch.tensor([9, 5]))
+
+    def allowed(row: int) -> set[str]:
+        return {t for t, ok in zip(TREE_TOKENS, grammar.allowed(state)[row].tolist()) if ok}
+
+    opens = {"(S", "(NP", "(VP"}
+    assert allowed(0) == opens and allowed(1) == {"</s>"}  # no word: nothing to write
+    for token, expected in [
+        ("(S", {XX} | opens),  # the root open: not closed while empty
+        ("(NP", {XX} | opens),
+        (XX, {XX, ")NP"} | opens),  # only the innermost's closing bracket
+        (")NP", {XX} | opens),  # the root is not closed before every word is placed
+        (XX, {")S"}),  # every word placed: no XX, no new constituent
+        (")S", {"</s>"}),  # one tree
+    ]:
+        grammar.advance(state, torch.tensor([TREE_TOKENS.index(token), 1]))
+        assert allowed(0) == expected, token
+
+
+def test_the_grammar_keeps_room_to_finish() -> None:
+    grammar = TreeGrammar(TREE_TOKENS, end=1)
+    state = grammar.start(torch.tensor([1]), torch.tensor([4]))  # (S XX )S </s>: no room for more
+    for token, expected in [
+        ("(S", {"(S", "(NP", "(VP"}),
+        (XX, {XX}),
+        (")S", {")S"}),
+        ("</s>", {"</s>"}),
+    ]:
+        allowed = {t for t, ok in zip(TREE_TOKENS, grammar.allowed(state)[0].tolist()) if ok}
+        assert allowed == expected, token
+        grammar.advance(state, torch.tensor([TREE_TOKENS.index(token)]))
+    with pytest.raises(ChoiceError, match="a tree over 5 words takes 8 tokens, and 7 are allowed"):
+        grammar.start(torch.tensor([5]), torch.tensor([7]))
