@@ -562,12 +562,14 @@ class Constrained:
 
     model: EncoderDecoder | Decodable
     grammar: Grammar
-    state: RowState  # one row per sentence, before the first step
+    words: Tensor  # (B,) each sentence's words
+    room: Tensor  # (B,) the tokens each sentence may write after <s>, </s> included
     compiled: bool = False  # for a Transformer: CompiledDecoder
 
     def begin_decoding(self, src: Tensor, src_mask: Tensor) -> StepDecoder:
         decoder = begin_decoding(self.model, src, src_mask, compiled=self.compiled)
-        return ConstrainedDecoder(decoder, self.grammar, self.state)
+        state = self.grammar.start(self.words, self.room)  # a fresh state for each search
+        return ConstrainedDecoder(decoder, self.grammar, state)
 
 # %% ../nbs/17_fast_decoding.ipynb #8d2749da
 def banned_tokens(tgt_vocab: Vocab, search: Search) -> tuple[int, ...]:
@@ -600,7 +602,7 @@ def _trees(model, src, src_mask, limits, tgt_vocab, search) -> list[list[Hypothe
     grammar = TreeGrammar(tgt_vocab.itos, tgt_vocab.eos, src.device)
     words = src_mask.sum(dim=(1, 2)) - 2  # (B,): the source's tokens without <s> and </s>
     room = torch.tensor(limits, device=src.device) - 1  # the tokens after <s>
-    constrained = Constrained(model, grammar, grammar.start(words, room), search.compile)
+    constrained = Constrained(model, grammar, words, room, search.compile)
     search_of = _greedy if search.beam_size == 1 else _beam
     return search_of(constrained, src, src_mask, limits, tgt_vocab, search)
 
