@@ -93,16 +93,19 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("results/parsing"))
     p.add_argument("--searches", nargs="+", default=list(SEARCHES), choices=list(SEARCHES))
     p.add_argument("--val-epochs", action="store_true", help="each kept epoch's validation F1")
+    p.add_argument("--no-test", action="store_true", help="skip the test files (recipe search)")
     p.add_argument("--limit", type=int, help="score only the first N sentences (dry runs)")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     golds = Treebank().trees("test")[: args.limit]
-    baseline = right_branching_scores(golds)
-    (args.out / "right-branching.json").write_text(json.dumps(baseline.to_dict(), indent=1))
-    print(f"right-branching: {baseline.scores}")
+    if not args.no_test:
+        baseline = right_branching_scores(golds)
+        (args.out / "right-branching.json").write_text(json.dumps(baseline.to_dict(), indent=1))
+        print(f"right-branching: {baseline.scores}")
     val_golds = Treebank().trees("val")[: args.limit]
     for run in args.runs:
-        test_scores(run, golds, args.searches, args.out)
+        if not args.no_test:
+            test_scores(run, golds, args.searches, args.out)
         if args.val_epochs:
             validation_scores(run, val_golds, args.out)
 
