@@ -65,7 +65,7 @@ def test_a_run_is_scored_on_the_test_files_under_four_searches_and_each_epoch_on
         scores = json.loads((results / f"lstm-seed1-{search}.json").read_text())
         assert scores["epochs"] == 1 and scores["all"]["sentences"] == 3
     constrained = json.loads((results / "lstm-seed1-tree-greedy.json").read_text())
-    assert constrained["well_formed"] == 100.0
+    assert constrained["well_formed"] == pytest.approx(100.0)
     validation = json.loads((results / "lstm-seed1-val.json").read_text())
     assert [e["epoch"] for e in validation["epochs"]] == [1]
     assert (results / "right-branching.json").is_file()
