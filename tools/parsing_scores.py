@@ -97,16 +97,17 @@ def main() -> None:
     p.add_argument("--limit", type=int, help="score only the first N sentences (dry runs)")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    golds = Treebank().trees("test")[: args.limit]
+    treebank = Treebank()
     if not args.no_test:
+        golds = treebank.trees("test")[: args.limit]
         baseline = right_branching_scores(golds)
         (args.out / "right-branching.json").write_text(json.dumps(baseline.to_dict(), indent=1))
         print(f"right-branching: {baseline.scores}")
-    val_golds = Treebank().trees("val")[: args.limit]
-    for run in args.runs:
-        if not args.no_test:
+        for run in args.runs:
             test_scores(run, golds, args.searches, args.out)
-        if args.val_epochs:
+    if args.val_epochs:
+        val_golds = treebank.trees("val")[: args.limit]
+        for run in args.runs:
             validation_scores(run, val_golds, args.out)
 
 
