@@ -59,6 +59,7 @@ annotated-transformer translate --checkpoint runs/multi30k-ct2 < input.de  # wri
 annotated-transformer export --checkpoint runs/multi30k/last.pt --out runs/multi30k-int8 \\
     --quantization int8 --average-last 5
 annotated-transformer export --checkpoint runs/subwords/last.pt --out runs/hf --format transformers
+annotated-transformer export --checkpoint runs/subwords/last.pt --out site/model --format onnx
 annotated-transformer translate --checkpoint hf:Helsinki-NLP/opus-mt-de-en "Zwei Hunde spielen."
 annotated-transformer train --out runs/parser --corpus treebank --model small --max-tokens 1024 \\
     --warmup 1000 --dropout 0.2 --epochs 40                     # §6.3: sentences to trees
@@ -132,7 +133,7 @@ OWN_FLAGS = [  # the command line's own flags, which no record holds: (commands,
     ("parse", "--pretty", bool, "draw each tree over several lines (default: one line each)"),
     ("translate", "--attention", Path, "save each sentence's attention maps to this .png"),
     ("translate", "--layer", int, "the layer whose attention --attention draws (default: last)"),
-    ("export", "--format", FORMATS, "what to write (default ctranslate2; transformers: the Hub's)"),
+    ("export", "--format", FORMATS, "what to write (default ctranslate2; onnx: for a web page)"),
     ("export", "--quantization", QUANTIZATIONS, "how the weights are stored (default float32)"),
     ("train evaluate translate export parse", "--debug", bool, "on an error, show the traceback"),
 ]  # fmt: skip
@@ -315,7 +316,7 @@ COMMANDS = {  # name: (what it does, what runs it, the records whose fields are 
     "train": ("train, a checkpoint per epoch", _train, (Choices, TrainConfig, RuntimeOptions)),
     "evaluate": ("BLEU of a checkpoint on a test split or your files", _evaluate, (Search,)),
     "translate": ("translate sentences (arguments or stdin)", _translate, (Search,)),
-    "export": ("write a checkpoint's Transformer for CTranslate2 or transformers", _export, ()),
+    "export": ("write a checkpoint's Transformer for CTranslate2, transformers, ONNX", _export, ()),
     "parse": ("parse sentences into trees: beam 21, alpha 0.3 unless flags say", _parse, (Search,)),
 }
 

@@ -36,13 +36,16 @@ if TYPE_CHECKING:  # imported on first use: loading the package needs neither
 
 # %% auto #0
 __all__ = ['CT2_POSITIONS', 'TINY_PENALTY', 'CT2_STRATEGIES', 'QUANTIZATIONS', 'INFO_FILE', 'SUBWORD_FILE', 'VOCABULARY_FILES',
-           'EXPORT_FILES', 'TRANSFORMERS_FILES', 'FORMATS', 'ALL_EXPORT_FILES', 'README', 'WORD_SNIPPET',
+           'EXPORT_FILES', 'TRANSFORMERS_FILES', 'ONNX_FILES', 'FORMATS', 'ALL_EXPORT_FILES', 'README', 'WORD_SNIPPET',
            'SUBWORD_SNIPPET', 'VOCABULARY_BYTES', 'INFO_FIELDS', 'CT2_CONFIG', 'SUBWORD_BYTES', 'MODEL_BINARY_VERSION',
-           'ITEM_BYTES', 'MAX_VARIABLES', 'ENGINES', 'import_ctranslate2', 'NotExportable', 'check_exportable',
+           'ITEM_BYTES', 'MAX_VARIABLES', 'ENGINES', 'ONNX_QUANTIZATIONS', 'GRAPHS', 'AXES', 'ONNX_README',
+           'ONNX_BYTES', 'ONNX_IDS', 'ONNX_SIZES', 'import_ctranslate2', 'NotExportable', 'check_exportable',
            'check_format', 'to_spec', 'search_options', 'export_format', 'is_exported', 'open_plain', 'read_json',
            'recover_export', 'exported_files', 'check_out', 'readme', 'bad_token', 'export_model', 'Export',
            'check_export', 'export_checkpoint', 'ExportedModel', 'model_shapes', 'ExportedTranslator', 'engine_of',
-           'check_loading', 'load_translator']
+           'check_loading', 'load_translator', 'import_onnxruntime', 'check_onnx_exportable', 'EncoderGraph',
+           'DecoderGraph', 'example_inputs', 'write_graph', 'quantize', 'onnx_settings', 'onnx_readme', 'write_onnx',
+           'OnnxModel']
 
 # %% ../nbs/22_engines.ipynb #2f042131
 def import_ctranslate2():
@@ -83,8 +86,12 @@ def check_format(format: str, quantization: str) -> None:
         raise ChoiceError(f"quantization {quantization!r}: choose {', '.join(QUANTIZATIONS)}")
     if format == "transformers" and quantization != "float32":
         raise ChoiceError("--quantization is CTranslate2's: --format transformers writes float32")
+    if format == "onnx" and quantization not in ONNX_QUANTIZATIONS:
+        raise ChoiceError(f"--format onnx writes {' or '.join(ONNX_QUANTIZATIONS)}")
     if format == "transformers":
         import_transformers()
+    elif format == "onnx":
+        import_onnxruntime()  # the last section
     else:
         import_ctranslate2()
 
@@ -283,10 +290,12 @@ EXPORT_FILES = ("model.bin", "config.json", *VOCABULARY_FILES, SUBWORD_FILE, INF
 # what export --format transformers writes (save_pretrained's files), with INFO_FILE and README.md
 TRANSFORMERS_FILES = ("model.safetensors", "generation_config.json", "tokenizer.json")
 TRANSFORMERS_FILES += ("tokenizer_config.json", "special_tokens_map.json")
-FORMATS = ("ctranslate2", "transformers")  # what export writes
-ALL_EXPORT_FILES = {*EXPORT_FILES, *TRANSFORMERS_FILES}  # what --overwrite may replace
+# what export --format onnx writes (the last section: a model for a web page)
+ONNX_FILES = ("encoder.onnx", "decoder.onnx", "tokenizer.json", SUBWORD_FILE, "config.json")
+FORMATS = ("ctranslate2", "transformers", "onnx")  # what export writes
+ALL_EXPORT_FILES = {*EXPORT_FILES, *TRANSFORMERS_FILES, *ONNX_FILES}  # what --overwrite replaces
 
-
+# %% ../nbs/22_engines.ipynb #a4d91c8c
 def _present(path: Path) -> bool:
     "Is there something at `path` that is not a folder (a file, a link, a FIFO)?"
     return path.is_symlink() or (path.exists() and not path.is_dir())
@@ -295,7 +304,8 @@ def _present(path: Path) -> bool:
 def export_format(path: str | Path) -> str | None:
     "The format of the model folder `export_model` wrote at `path` (or that claims to be), or None."
     path = Path(path)
-    for format, model in (("ctranslate2", "model.bin"), ("transformers", "model.safetensors")):
+    models = dict(ctranslate2="model.bin", transformers="model.safetensors", onnx="encoder.onnx")
+    for format, model in models.items():
         if path.is_dir() and all(_present(path / n) for n in (model, "config.json", INFO_FILE)):
             return format
     return None
@@ -527,12 +537,14 @@ def export_model(
     out: str | Path,  # the folder to write; it must not exist unless `overwrite`
     quantization: str = "float32",  # or "int8": weights stored as 8-bit integers
     overwrite: bool = False,  # replace a model folder that export wrote before
-    format: str = "ctranslate2",  # or "transformers": a folder transformers loads (below)
+    format: str = "ctranslate2",  # or "transformers" (a folder transformers loads), or "onnx"
 ) -> Path:
     "Write the checkpoint's model as a CTranslate2 (or transformers) folder, with a README."
     check_format(format, quantization)
     if format == "transformers":
         check_transformers_exportable(ckpt)
+    elif format == "onnx":
+        check_onnx_exportable(ckpt)
     else:
         check_exportable(ckpt.config)
     out = Path(out)
@@ -611,6 +623,8 @@ def _write_folder(
     model = ckpt.build_model()
     if format == "transformers":
         save_transformers(ckpt, tmp, name, model)
+    elif format == "onnx":
+        write_onnx(tmp, ckpt, model, quantization, name)  # the last section
     else:
         _write_ctranslate2(tmp, ckpt, model, quantization, name)
     files = sorted([*os.listdir(tmp), INFO_FILE])
@@ -977,8 +991,9 @@ def check_loading(
             f"--average-last averages a run's checkpoints; {path} is one exported model "
             f"(export --average-last K exports an average)"
         )
-    if export_format(path) == "transformers":
-        raise ChoiceError(f"{path} is a model folder for transformers: give it as hf:{path}")
+    elsewhere = dict(transformers=f"give it as hf:{path}", onnx="its README.md says how to run it")
+    if (format := export_format(path)) in elsewhere:
+        raise ChoiceError(f"{path} is a model folder for {format}: {elsewhere[format]}")
     if path.is_dir() and not exported:  # a missing file is the loader's to report: a failure
         raise ChoiceError(f"{path} is a folder, not a checkpoint (nor a model folder export wrote)")
     if engine_of(path, engine) == "ctranslate2":
@@ -1007,3 +1022,334 @@ def load_translator(
     if engine == "pytorch":
         return Translator.from_checkpoint(ckpt, device=device or "cpu")
     return ExportedTranslator.from_checkpoint(ckpt, device=device)
+
+# %% ../nbs/22_engines.ipynb #0e0a0002
+import logging
+import warnings
+
+from .fast_decoding import banned_tokens
+from .hub import subword_tokenizer
+from .model import subsequent_mask
+from .subwords import LITERAL_MARK
+
+# %% ../nbs/22_engines.ipynb #0e0a0003
+ONNX_QUANTIZATIONS = ("float32", "int8")  # int8: onnxruntime's dynamic quantization
+
+
+def import_onnxruntime():
+    "onnxruntime (it quantizes and runs the graphs), imported on first use; a clear error if not."
+    try:
+        import onnx  # noqa: F401 (torch.onnx.export writes its graphs with it)
+        import onnxruntime
+        import tokenizers  # noqa: F401 (it writes tokenizer.json)
+    except ImportError as error:
+        raise ValueError(
+            f"{error.name} is not installed: pip install 'annotated-transformer[onnx]'"
+        ) from None
+    return onnxruntime
+
+
+def check_onnx_exportable(ckpt: RunCheckpoint) -> None:
+    "Refuse in one line a model the page cannot run: not a Transformer, or words, not subwords."
+    if not isinstance(ckpt.config.model, ModelConfig):
+        kind = arch_of(ckpt.config.model)
+        raise NotExportable(
+            f"a {kind} model cannot be exported to ONNX: it exports the Transformer"
+        )
+    if ckpt.tokenizer is None:
+        raise NotExportable(
+            "--format onnx needs a subword run (train --vocab-size): a browser tokenizes with "
+            "tokenizer.json, and spaCy's word rules have none"
+        )
+
+# %% ../nbs/22_engines.ipynb #0e0a0006
+class EncoderGraph(nn.Module):
+    "encoder.onnx: source ids and mask -> memory and every layer's self-attention weights."
+
+    def __init__(self, model: EncoderDecoder):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: Tensor, src_mask: Tensor) -> tuple[Tensor, Tensor]:
+        "src (1, S), src_mask (1, 1, S) -> memory (1, S, D), weights (N, h, S, S)."
+        from annotated_transformer.figures import recorded_weights  # figures loads matplotlib
+
+        memory, weights = recorded_weights(self.model, lambda: self.model.encode(src, src_mask))
+        return memory, weights["encoder"]
+
+# %% ../nbs/22_engines.ipynb #0e0a0007
+class DecoderGraph(nn.Module):
+    "decoder.onnx: the decoder over a prefix -> the next token's log-probabilities, the weights."
+
+    def __init__(self, model: EncoderDecoder):
+        super().__init__()
+        self.model = model
+
+    def forward(self, memory: Tensor, src_mask: Tensor, tgt: Tensor) -> tuple[Tensor, ...]:
+        """memory (1, S, D), src_mask (1, 1, S), prefix tgt (1, T) -> log-probabilities (1, V),
+        self-attention (N, h, T, T), source attention (N, h, T, S)."""
+        from annotated_transformer.figures import recorded_weights
+
+        tgt_mask = subsequent_mask(tgt.size(1))  # (1, T, T)
+        out, weights = recorded_weights(
+            self.model, lambda: self.model.decode(memory, src_mask, tgt, tgt_mask)
+        )  # (1, T, D)
+        logp = self.model.generator(out[:, -1])  # (1, V): the next token
+        return logp, weights["decoder_self"], weights["decoder_src"]
+
+# %% ../nbs/22_engines.ipynb #0e0a0009
+GRAPHS = {  # file -> (graph, its inputs, its outputs)
+    "encoder.onnx": (EncoderGraph, ("src", "src_mask"), ("memory", "encoder_attention")),
+    "decoder.onnx": (
+        DecoderGraph,
+        ("memory", "src_mask", "tgt"),
+        ("log_probs", "decoder_self_attention", "decoder_src_attention"),
+    ),
+}
+AXES = {  # each input's and output's axes of any length: S the source's, T the prefix's
+    "src": {1: "S"},
+    "src_mask": {2: "S"},
+    "memory": {1: "S"},
+    "tgt": {1: "T"},
+    "encoder_attention": {2: "S", 3: "S"},
+    "decoder_self_attention": {2: "T", 3: "T"},
+    "decoder_src_attention": {2: "T", 3: "S"},
+}
+
+
+def example_inputs(model: EncoderDecoder) -> dict[str, Tensor]:
+    "Inputs to trace the graphs with: a source of 5 tokens and a prefix of 3 (any lengths work)."
+    src, tgt = torch.arange(5).unsqueeze(0), torch.arange(3).unsqueeze(0)  # (1, 5), (1, 3)
+    src_mask = torch.ones(1, 1, 5, dtype=torch.bool)
+    return dict(src=src, src_mask=src_mask, memory=model.encode(src, src_mask), tgt=tgt)
+
+# %% ../nbs/22_engines.ipynb #0e0a000a
+def write_graph(model: EncoderDecoder, name: str, folder: Path) -> Path:
+    "Trace one of GRAPHS from the model (eval mode) into `folder`/`name`: opset 17, any lengths."
+    graph, inputs, outputs = GRAPHS[name]
+    example = example_inputs(model)
+    with warnings.catch_warnings():  # the tracer notes each shape check it records as a constant
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)  # the tracing exporter's: chosen below
+        torch.onnx.export(
+            graph(model),
+            tuple(example[n] for n in inputs),
+            str(folder / name),
+            input_names=list(inputs),
+            output_names=list(outputs),
+            dynamic_axes={n: AXES[n] for n in (*inputs, *outputs) if n in AXES},
+            opset_version=17,
+            dynamo=False,  # the tracing exporter: it records the hooks' weights as outputs
+        )
+    return folder / name
+
+# %% ../nbs/22_engines.ipynb #0e0a001d
+def quantize(path: Path) -> None:
+    "Store the graph's matrices as int8, one scale per output column and 7 bits (see below)."
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as scratch:
+        float32 = Path(scratch) / path.name
+        shutil.move(path, float32)
+        logging.disable(logging.WARNING)  # its advice to run an optimizer first, on every call
+        try:
+            quantize_dynamic(
+                float32, path, per_channel=True, reduce_range=True, weight_type=QuantType.QInt8
+            )
+        finally:
+            logging.disable(logging.NOTSET)
+
+# %% ../nbs/22_engines.ipynb #0e0a000d
+def onnx_settings(ckpt: RunCheckpoint, model: EncoderDecoder, quantization: str) -> dict:
+    "config.json: what a page needs besides the graphs to translate as `greedy_search` does."
+    m, vocab = ckpt.config.model, ckpt.tgt_vocab
+    return dict(
+        format="annotated-transformer onnx",
+        version=1,
+        quantization=quantization,
+        N=m.N,
+        h=m.h,
+        d_model=m.d_model,
+        vocab_size=len(vocab),
+        bos=vocab.bos,
+        eos=vocab.eos,
+        pad=vocab.pad,
+        banned=list(banned_tokens(vocab, GREEDY)),  # never written: <unk> and the like
+        max_len=model.max_len,  # the longest sequence its positions cover
+        max_extra=GREEDY.max_extra,  # an output's tokens beyond its source's
+        literal_mark=[vocab.stoi[piece] for piece in LITERAL_MARK],  # a "▁" typed in the text
+    )
+
+# %% ../nbs/22_engines.ipynb #0e0a000e
+ONNX_README = """# {name}: a Transformer exported to ONNX ({quantization})
+
+Written by `annotated-transformer export --format onnx` (version {version}) from epoch {epoch} of a
+training run: a Transformer, {model}, on subwords. The book's "Try it" panel runs these files in
+the reader's browser (onnxruntime-web); any ONNX runtime can:
+
+- `encoder.onnx`: `src` (1, S) int64 ids, `<s>` first and `</s>` last, and `src_mask`
+  (1, 1, S) bool -> `memory` (1, S, {d_model}) and `encoder_attention` (N, h, S, S);
+- `decoder.onnx`: `memory`, `src_mask` and a prefix `tgt` (1, T) int64, `<s>` first ->
+  `log_probs` (1, V) of the next token, `decoder_self_attention` (N, h, T, T) and
+  `decoder_src_attention` (N, h, T, S);
+- `tokenizer.json` (Hugging Face tokenizers) and `subwords.model` (sentencepiece): the text's ids;
+- `config.json`: the special ids, the ids never written, the length limit; the run's settings
+  are in `annotated_transformer.json`.
+
+Greedy search in Python, as the page runs it (`pip install onnxruntime`):
+
+```python
+from annotated_transformer.engines import OnnxModel
+
+model = OnnxModel.from_dir("{name}")
+ids = model.source_ids("Ein Mann fährt Fahrrad.")
+print(model.detokenize(model.greedy(ids)))
+```
+"""
+
+# %% ../nbs/22_engines.ipynb #0e0a000f
+def onnx_readme(ckpt: RunCheckpoint, name: str, quantization: str) -> str:
+    "The README.md of an ONNX export `name`: what each file holds, and how to run it."
+    m = ckpt.config.model
+    norm = "pre-norm" if m.norm_first else "post-norm"
+    model = f"N={m.N}, d_model={m.d_model}, h={m.h}, {norm}"
+    return ONNX_README.format(
+        name=name,
+        quantization=quantization,
+        version=__version__,
+        epoch=ckpt.epoch,
+        model=model,
+        d_model=m.d_model,
+    )
+
+# %% ../nbs/22_engines.ipynb #0e0a0010
+def write_onnx(
+    tmp: Path, ckpt: RunCheckpoint, model: EncoderDecoder, quantization: str, name: str
+) -> None:
+    "The two graphs (quantized if asked), the tokenizer, the settings and a README, in `tmp`."
+    model.eval()
+    with torch.no_grad():
+        for graph in GRAPHS:
+            write_graph(model, graph, tmp)
+            if quantization == "int8":
+                quantize(tmp / graph)
+    tokenizer = json.loads(subword_tokenizer(ckpt.tokenizer.model).to_str())
+    tokenizer["added_tokens"] = []  # a "<s>" typed in a text is text, as sentencepiece reads it
+    (tmp / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False))
+    (tmp / SUBWORD_FILE).write_bytes(ckpt.tokenizer.model)
+    settings = onnx_settings(ckpt, model, quantization)
+    (tmp / "config.json").write_text(json.dumps(settings, indent=1))
+    (tmp / "README.md").write_text(onnx_readme(ckpt, name, quantization), encoding="utf-8")
+
+# %% ../nbs/22_engines.ipynb #0e0a0012
+ONNX_BYTES = 2**31 - 1  # a graph's limit: protobuf's own
+ONNX_IDS = ("bos", "eos", "pad", "banned", "literal_mark")  # token ids: below vocab_size
+ONNX_SIZES = ("vocab_size", "max_len", "max_extra")  # counts: at least 1 (max_extra: 0)
+
+
+def _onnx_settings(path: Path) -> dict:
+    "config.json of an ONNX export, each field the search reads checked: a one-line error."
+    s = read_json(path)
+    if not isinstance(s, dict) or s.get("format") != "annotated-transformer onnx":
+        raise ValueError(f"{path} is not the settings of an ONNX export")
+    for name in (*ONNX_SIZES, *ONNX_IDS):
+        value = s.get(name)
+        values = value if name in ("banned", "literal_mark") and type(value) is list else [value]
+        low, high = (0, s.get("vocab_size")) if name in ONNX_IDS else (name != "max_extra", None)
+        if not all(type(v) is int and low <= v and (high is None or v < high) for v in values):
+            raise ValueError(f"{path}: field {name!r} is {value!r:.40}, not what export writes")
+    return s
+
+# %% ../nbs/22_engines.ipynb #0e0a0013
+def _load_onnx(path: Path, max_parameters: int) -> tuple:
+    "The sessions, settings and tokenizer of an ONNX export, each file checked before it is read."
+    if export_format(path) != "onnx":
+        raise ValueError(f"{path} is not a folder that export --format onnx wrote")
+    _check_info(read_json(path / INFO_FILE), path / INFO_FILE, max_parameters)
+    ort = import_onnxruntime()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1  # as the page runs it
+    sessions = []
+    for name in GRAPHS:
+        with open_plain(path / name, ONNX_BYTES) as f:
+            graph = f.read(ONNX_BYTES + 1)
+        sessions.append(ort.InferenceSession(graph, options, ["CPUExecutionProvider"]))
+    subwords = _tokenizers(path, {"tokenizer": "subwords"}, None)[0]
+    return (*sessions, _onnx_settings(path / "config.json"), subwords)
+
+# %% ../nbs/22_engines.ipynb #0e0a0014
+def _onnx_source_ids(m: OnnxModel, text: str) -> list[int]:
+    "<s>, the text's pieces, </s>: a too long text refused in one line."
+    s, pieces = m.settings, m.tokenizer.tokenize([text])[0]
+    longest = s["max_len"] - s["max_extra"] - 2  # <s>, </s> and room for the output
+    if len(pieces) > longest:
+        raise ValueError(f"the text has {len(pieces)} tokens, over the {longest} this model reads")
+    return [s["bos"], *(m.tokenizer.processor.piece_to_id(p) for p in pieces), s["eos"]]
+
+
+def _onnx_encode(m: OnnxModel, src: Sequence[int]) -> dict[str, np.ndarray]:
+    "The encoder's outputs for the ids `src`, with the inputs the decoder needs besides."
+    feed = dict(src=np.array([src], dtype=np.int64), src_mask=np.ones((1, 1, len(src)), bool))
+    memory, weights = m.encoder.run(None, feed)  # (1, S, D), (N, h, S, S)
+    return dict(memory=memory, src_mask=feed["src_mask"], encoder=weights)
+
+
+def _onnx_greedy(m: OnnxModel, src: Sequence[int]) -> list[int]:
+    "Greedy search as `greedy_search` runs it: the ids after <s>, </s> included if reached."
+    s, encoded = m.settings, _onnx_encode(m, src)
+    ys = [s["bos"]]
+    for _ in range(len(src) + s["max_extra"] - 1):  # the source's length + max_extra, <s> in
+        feed = dict(memory=encoded["memory"], src_mask=encoded["src_mask"], tgt=np.array([ys]))
+        logp = m.decoder.run(["log_probs"], feed)[0][0]  # (V,): the next token's
+        logp[s["banned"]] = -np.inf
+        ys.append(int(logp.argmax()))
+        if ys[-1] == s["eos"]:
+            break
+    return ys[1:]
+
+# %% ../nbs/22_engines.ipynb #0e0a0015
+def _onnx_attention(m: OnnxModel, src: Sequence[int], tgt: Sequence[int]) -> dict:
+    "Every attention weight of one pass over (src, <s> + tgt): {kind: (N, h, queries, keys)}."
+    encoded = _onnx_encode(m, src)
+    feed = dict(memory=encoded["memory"], src_mask=encoded["src_mask"])
+    feed["tgt"] = np.array([[m.settings["bos"], *tgt]], dtype=np.int64)
+    _, decoder_self, decoder_src = m.decoder.run(None, feed)
+    return dict(encoder=encoded["encoder"], decoder_self=decoder_self, decoder_src=decoder_src)
+
+
+def _onnx_text(m: OnnxModel, ids: Sequence[int]) -> str:
+    "The text of target ids, up to </s>."
+    ids = list(ids)
+    ids = ids[: ids.index(m.settings["eos"])] if m.settings["eos"] in ids else ids
+    return m.tokenizer.detokenize([m.tokenizer.processor.id_to_piece(i) for i in ids])
+
+# %% ../nbs/22_engines.ipynb #0e0a0016
+@dataclass
+class OnnxModel:
+    "An ONNX export in onnxruntime: the greedy search and the attention the book's page runs."
+
+    encoder: object  # onnxruntime.InferenceSession of encoder.onnx
+    decoder: object  # and of decoder.onnx
+    settings: dict  # config.json
+    tokenizer: SubwordTokenizer  # subwords.model
+
+    @classmethod
+    def from_dir(cls, path: str | Path, max_parameters: int = MAX_PARAMETERS) -> OnnxModel:
+        "The folder export wrote, every file checked before onnxruntime reads it; one thread."
+        return cls(*_load_onnx(Path(path), max_parameters))
+
+    def source_ids(self, text: str) -> list[int]:
+        "The ids the encoder reads: <s>, the text's pieces, </s>."
+        return _onnx_source_ids(self, text)
+
+    def greedy(self, src: Sequence[int]) -> list[int]:
+        "Greedy search from the source ids `src`: the ids written, </s> included if reached."
+        return _onnx_greedy(self, src)
+
+    def attention(self, src: Sequence[int], tgt: Sequence[int]) -> dict[str, np.ndarray]:
+        "Every attention weight of the pass that writes `tgt`: {kind: (N, h, queries, keys)}."
+        return _onnx_attention(self, src, tgt)
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        "The text of target ids, up to </s>."
+        return _onnx_text(self, ids)

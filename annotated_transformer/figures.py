@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -29,10 +29,10 @@ from .fast_decoding import GREEDY, Search, Translating
 from .model import EncoderDecoder, subsequent_mask
 
 # %% auto #0
-__all__ = ['KINDS', 'COLUMN', 'LABEL_POINTS', 'BAR', 'attention_modules', 'attach_weight_hooks', 'attention_weights',
-           'AttentionMaps', 'check_kind', 'check_index', 'AttentionFigure', 'plot_heads', 'plot_layers',
-           'plot_attention', 'plot_sentence', 'attention_layer', 'save_attention_maps', 'plot_measures', 'view_data',
-           'view_shape', 'AttentionView']
+__all__ = ['KINDS', 'COLUMN', 'LABEL_POINTS', 'BAR', 'TRY_IT_SENTENCE', 'attention_modules', 'attach_weight_hooks',
+           'recorded_weights', 'attention_weights', 'AttentionMaps', 'check_kind', 'check_index', 'AttentionFigure',
+           'plot_heads', 'plot_layers', 'plot_attention', 'plot_sentence', 'attention_layer', 'save_attention_maps',
+           'plot_measures', 'view_data', 'view_shape', 'AttentionView', 'TryIt']
 
 # %% ../nbs/18_figures.ipynb #9a1b2c3d
 KINDS = {  # the three kinds of attention, by the names used below
@@ -72,6 +72,17 @@ def attach_weight_hooks(kinds: dict[nn.Module, str]) -> tuple[dict[str, list[Ten
     ]
     return found, hooks
 
+# %% ../nbs/18_figures.ipynb #5e0c0d01
+def recorded_weights(model: EncoderDecoder, run: Callable[[], Tensor]) -> tuple[Tensor, dict]:
+    "What `run()` returns, and the weights of each attention it ran: {kind: (N, h, Q, K)}."
+    found, hooks = attach_weight_hooks(attention_modules(model))
+    try:
+        out = run()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return out, {kind: torch.stack(weights) for kind, weights in found.items() if weights}
+
 # %% ../nbs/18_figures.ipynb #982480a8
 @torch.no_grad()
 def attention_weights(
@@ -81,16 +92,14 @@ def attention_weights(
     pad: int,  # the padding id of the source
 ) -> dict[str, Tensor]:
     "Every attention weight of one pass over a pair: {kind: (N, h, queries, keys)}; eval mode."
-    found, hooks = attach_weight_hooks(attention_modules(model))
     model.eval()
-    try:
-        src_mask = (src != pad).unsqueeze(-2)  # (1, 1, S)
-        tgt_mask = subsequent_mask(tgt.size(1)).to(tgt.device)  # (1, T, T)
-        model.decode(model.encode(src, src_mask), src_mask, tgt, tgt_mask)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return {kind: torch.stack(weights) for kind, weights in found.items()}  # layers in order
+    src_mask = (src != pad).unsqueeze(-2)  # (1, 1, S)
+    tgt_mask = subsequent_mask(tgt.size(1)).to(tgt.device)  # (1, T, T)
+
+    def run() -> Tensor:
+        return model.decode(model.encode(src, src_mask), src_mask, tgt, tgt_mask)
+
+    return recorded_weights(model, run)[1]
 
 # %% ../nbs/18_figures.ipynb #63136008
 @dataclass
@@ -403,6 +412,47 @@ class AttentionView:
             f'<div class="av-controls">{controls}</div><div class="av-columns">{columns}</div>'
             f'<script type="application/json" class="av-data">{payload}</script>'
             f"<script>{script}</script></div>"
+        )
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+# %% ../nbs/18_figures.ipynb #5e0c0d03
+TRY_IT_SENTENCE = "Eine Frau mit einem roten Hut fährt mit dem Fahrrad über eine Brücke."
+
+
+def _try_it_parts(sentence: str) -> tuple[str, str]:
+    "The panel's form (a text box holding `sentence`, a button) and its view's empty columns."
+    text = html.escape(sentence, quote=True)
+    form = (
+        '<form class="ti-form"><label>A German sentence <input class="ti-text" lang="de" '
+        f'autocomplete="off" value="{text}"></label>'
+        '<button class="ti-go" type="submit">Translate</button></form>'
+    )
+    columns = '<div class="av-column av-queries"></div><div class="av-column av-keys"></div>'
+    view = f'<div class="av-controls">{_controls([], list(KINDS), 0, 0)}</div>'
+    return form, view + f'<div class="av-columns">{columns}</div>'
+
+# %% ../nbs/18_figures.ipynb #5e0c0d05
+@dataclass
+class TryIt:
+    """The panel "Try it": a text box, the live model's translation and its attention (HTML)."""
+
+    base: str = "live/"  # the folder, relative to the page, of worker.mjs, the runtime and model/
+    sentence: str = TRY_IT_SENTENCE  # what the text box holds at first
+
+    def to_html(self) -> str:
+        "The panel, its view's menus (layers and heads filled in once the model loads), scripts."
+        style = _asset("attention_view.css") + _asset("try_it.css")
+        form, view = _try_it_parts(self.sentence)
+        scripts = "".join(
+            f"<script>{_asset(n)}</script>" for n in ("attention_view.js", "try_it.js")
+        )
+        return (
+            f'<div class="try-it" data-base="{html.escape(self.base, quote=True)}">'
+            f'<style>{style}</style>{form}<p class="ti-status" role="status"></p>'
+            f'<p class="ti-out" lang="en" aria-live="polite"></p>'
+            f'<div class="attention-view" hidden>{view}</div>{scripts}</div>'
         )
 
     def _repr_html_(self) -> str:

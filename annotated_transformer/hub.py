@@ -39,10 +39,10 @@ from .translator import Translator
 # %% auto #0
 __all__ = ['Named', 'PROJECTIONS', 'ENCODER_NORMS', 'DECODER_NORMS', 'TIED_AS', 'SPECIAL_IDS', 'CARD', 'CARD_USE', 'DATA',
            'ACTIVATIONS', 'HUB_PREFIX', 'PARTS', 'marian_order', 'weight_names', 'to_transformers', 'from_transformers',
-           'transformers_config', 'fast_tokenizer', 'import_transformers', 'check_transformers_exportable',
-           'save_transformers', 'model_card', 'SwishFeedForward', 'use_activation', 'model_config_of',
-           'decoder_vocab_size', 'PretrainedVocab', 'PretrainedTokenizer', 'pretrained_name', 'hub_reachable',
-           'load_pretrained', 'check_pretrained']
+           'transformers_config', 'subword_tokenizer', 'fast_tokenizer', 'import_transformers',
+           'check_transformers_exportable', 'save_transformers', 'model_card', 'SwishFeedForward', 'use_activation',
+           'model_config_of', 'decoder_vocab_size', 'PretrainedVocab', 'PretrainedTokenizer', 'pretrained_name',
+           'hub_reachable', 'load_pretrained', 'check_pretrained']
 
 # %% ../nbs/21_hub.ipynb #f7b8f6de
 def marian_order(d_model: int) -> Tensor:
@@ -185,10 +185,9 @@ def _merges(pieces: dict[str, int]) -> list[tuple[str, str]]:
     return [(a, b) for *_, a, b in sorted(found)]
 
 # %% ../nbs/21_hub.ipynb #760effda
-def fast_tokenizer(model: bytes, max_len: int):
-    "A transformers tokenizer of our sentencepiece model: our `<s> pieces </s>` ids for a text."
+def subword_tokenizer(model: bytes):
+    "A `tokenizers.Tokenizer` of our sentencepiece model: our `<s> pieces </s>` ids for a text."
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
 
     p = load_processor(model)
     pieces = {p.id_to_piece(i): i for i in range(p.get_piece_size())}
@@ -202,6 +201,14 @@ def fast_tokenizer(model: bytes, max_len: int):
     tokenizer.post_processor = processors.TemplateProcessing(
         single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 1)]
     )
+    return tokenizer
+
+
+def fast_tokenizer(model: bytes, max_len: int):
+    "`subword_tokenizer` as a transformers tokenizer, which `save_pretrained` writes."
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = subword_tokenizer(model)
     specials = dict(bos_token="<s>", eos_token="</s>", pad_token="<blank>", unk_token="<unk>")
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, model_max_length=max_len, **specials)
 

@@ -262,9 +262,9 @@ def test_katex_is_unpacked_file_by_file_and_a_tampered_download_is_refused(
         fake_katex({"package/../../escape.js": b"x", "package/dist/README.md": b"readme"})
     )
     monkeypatch.setenv("KATEX_TARBALL", str(tarball))
-    with pytest.raises(SystemExit, match="not KaTeX 0.19.1 .its sha512 differs from npm's"):
-        render.katex_tarball()
-    monkeypatch.setattr(render, "katex_tarball", lambda: tarball.read_bytes())
+    with pytest.raises(SystemExit, match="not katex 0.19.1 .its sha512 differs from npm's"):
+        render.npm_tarball("katex")
+    monkeypatch.setattr(render, "npm_tarball", lambda name: tarball.read_bytes())
     render.install_katex(tmp_path / "site")
     files = sorted(
         p.relative_to(tmp_path / "site").as_posix()
@@ -440,3 +440,30 @@ def test_the_readme_is_the_landing_page() -> None:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert text == readme.readme_text(), "README.md is stale: run python tools/readme.py"
     assert text.index("# annotated-transformer") < text.index("## The reading path")
+
+
+def fake_package(files: dict[str, bytes]) -> bytes:
+    "A gzipped tarball holding `files`, as npm's registry serves a package."
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return gzip.compress(buffer.getvalue())
+
+
+def test_the_panel_s_runtime_is_unpacked_file_by_file(render, tmp_path: Path, monkeypatch) -> None:
+    "Only the files RUNTIME_FILES names reach live/, under the names it gives them."
+    wanted = {name: files for name, files in render.RUNTIME_FILES.items()}
+    packages = {
+        name: fake_package({**{path: b"x" for path in files}, "package/../../escape.js": b"x"})
+        for name, files in wanted.items()
+    }
+    monkeypatch.setattr(render, "npm_tarball", lambda name: packages[name])
+    for name, files in wanted.items():
+        render.extract(name, files, tmp_path / "live")
+    found = sorted(p.name for p in (tmp_path / "live").iterdir())
+    assert found == sorted(n for files in wanted.values() for n in files.values())
+    assert "ort-wasm-simd-threaded.wasm" in found and "LICENSE-huggingface-tokenizers.txt" in found
+    assert not (tmp_path.parent / "escape.js").exists()

@@ -418,7 +418,7 @@ def test_the_rendered_interactive_view_shows_the_trained_models_weights(
         return attention_weights(model, src, tgt, src_vocab.pad)[kind]
 
     open_page(page, tutorial, "08_attention.html")
-    view = page.locator(".attention-view").last
+    view = page.locator(".attention-view:has(> .av-data)").last  # not the "Try it" panel's
     view.scroll_into_view_if_needed()
     assert view.locator(".av-sentence option").count() >= 3
     check_view(view, expected)
@@ -623,7 +623,7 @@ FOCUSED = """() => {  // which token has the keyboard's focus: [column, index], 
 
 def test_the_interactive_view_works_by_keyboard_and_on_a_phone(tutorial: Path, page) -> None:
     open_page(page, tutorial, "08_attention.html")
-    view = page.locator(".attention-view").last
+    view = page.locator(".attention-view:has(> .av-data)").last  # not the "Try it" panel's
     view.scroll_into_view_if_needed()
     view.locator(".av-kind").select_option("decoder_src")
     assert view.locator(".av-token").evaluate_all(

@@ -1,18 +1,22 @@
 """Execute every notebook in nbs/ top to bottom and render the tutorial as a book of HTML pages.
 
 The pages go to _docs/ (one per notebook, index.html first), each with a sidebar listing the
-chapters
-and the current chapter's sections, previous/next links and an "Open in Colab" badge. Formulas are
-typeset by KaTeX, copied into _docs/katex/ from the npm package pinned below, so the book reads
-offline: no page loads anything from the network. nbdev's directives and `#| hide` cells are left
-out, prompts are hidden, each chapter's import cells are folded, and a print stylesheet drops the
-navigation. Slow cells run too: that is the point of the main job. The committed notebooks are not
-modified; the executed copies exist only in memory.
+chapters and the current chapter's sections, previous/next links and an "Open in Colab" badge.
+Formulas are typeset by KaTeX, copied into _docs/katex/ from the npm package pinned below, so the
+book reads offline: no page loads anything from the network. The attention chapter's "Try it"
+panel runs a model in the reader's browser from _docs/live/: onnxruntime-web and
+@huggingface/tokenizers (npm, pinned below, with their licences), the panel's worker, and the
+chapters' subword run exported to ONNX (int8) by this script; a browser fetches them only when the
+reader asks, and only from a page served over http. nbdev's directives and `#| hide` cells are
+left out, prompts are hidden, each chapter's import cells are folded, and a print stylesheet drops
+the navigation. Slow cells run too: that is the point of the main job. The committed notebooks are
+not modified; the executed copies exist only in memory.
 
-The chapters' CPU run (the model chapters 07 and 08 decode) is trained before the notebooks, outside
-any cell, so that no cell trains it: `--prepare-run` does only that, for tools/test.sh to run before
-nbdev-test. `--timings FILE` writes each cell's wall time (tab-separated, slowest first) and
-names the cells over the budget of about two minutes.
+The chapters' CPU runs (the word-level model chapters 07 and 08 decode, and the panel's subword
+model) are trained before the notebooks, outside any cell, so that no cell trains them:
+`--prepare-run` does only that, for tools/test.sh to run before nbdev-test. `--timings FILE`
+writes each cell's wall time (tab-separated, slowest first) and names the cells over the budget
+of about two minutes.
 """
 
 from __future__ import annotations
@@ -42,13 +46,21 @@ from nbconvert import HTMLExporter
 ROOT = Path(__file__).resolve().parent.parent
 NBS = ROOT / "nbs"
 BOOK = ROOT / "tools" / "book"  # the template, stylesheet, script and badge
-KATEX_VERSION = (
-    "0.19.1"  # npm's katex, pinned by version and by the registry's sha512 of its tarball
-)
-KATEX_URL = f"https://registry.npmjs.org/katex/-/katex-{KATEX_VERSION}.tgz"
-KATEX_SHA512 = (
-    "jG8uKntjSEcm2EpQOh0XturpPuuC9r3Sq5HLHdsFdWZT27E672SF19QEi+of0/YeOy15lDgRhKvr5614uRrEfA=="
-)
+# npm packages the book ships, each pinned by version and by the registry's sha512 of its tarball
+NPM = {
+    "katex": (
+        "0.19.1",
+        "jG8uKntjSEcm2EpQOh0XturpPuuC9r3Sq5HLHdsFdWZT27E672SF19QEi+of0/YeOy15lDgRhKvr5614uRrEfA==",
+    ),
+    "onnxruntime-web": (  # the "Try it" panel's runtime (MIT)
+        "1.30.0",
+        "q0y+JrrtukXSzsBWEMccVfqX25LRmosXHF+CaRJmg8pZClzcV7svNc4rKY3jL02Vb7QmRMDs1SigqR4CXAfKYQ==",
+    ),
+    "@huggingface/tokenizers": (  # and its tokenizer (Apache-2.0)
+        "0.2.0",
+        "LidMHe1FpcSYH4vcSjXooda34pC0M8m1gmDOv7SQi6Iv+ib1zX7J3sHBCC9/3FPCkn2k1b55FneVqMRxrr99pg==",
+    ),
+}
 # The README's badge; pages use a local copy
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 
@@ -81,31 +93,43 @@ def colab_url(nb_path: Path) -> str:
     return f"https://colab.research.google.com/github/{repo}/blob/{site['repo-branch']}/nbs/{nb_path.name}"
 
 
-# --- KaTeX, bundled -------------------------------------------------------------------------------
+# --- npm packages, bundled: KaTeX, and the "Try it" panel's runtime and tokenizer -------------
 
 
-def katex_tarball() -> bytes:
-    """The pinned KaTeX package: $KATEX_TARBALL if set, else the cached download (fetched once
-    from npm's registry)."""
+def npm_tarball(name: str) -> bytes:
+    """The pinned npm package `name` (a key of NPM): the cached download, fetched once from npm's
+    registry; $KATEX_TARBALL names a copy of KaTeX's instead."""
+    version, sha512 = NPM[name]
+    short = name.split("/")[-1]
+    cache = (
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "annotated-transformer"
+    )
     path = Path(
-        os.environ.get("KATEX_TARBALL")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        / "annotated-transformer"
-        / f"katex-{KATEX_VERSION}.tgz"
+        (name == "katex" and os.environ.get("KATEX_TARBALL")) or cache / f"{short}-{version}.tgz"
     )
     if not path.is_file():
-        print(f"      downloading KaTeX {KATEX_VERSION} from {KATEX_URL}", flush=True)
+        url = f"https://registry.npmjs.org/{name}/-/{short}-{version}.tgz"
+        print(f"      downloading {name} {version} from {url}", flush=True)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with urllib.request.urlopen(KATEX_URL, timeout=60) as response:
+        with urllib.request.urlopen(url, timeout=120) as response:
             data = response.read()
         path.write_bytes(data)
     data = path.read_bytes()
-    if base64.b64encode(hashlib.sha512(data).digest()).decode() != KATEX_SHA512:
+    if base64.b64encode(hashlib.sha512(data).digest()).decode() != sha512:
         raise SystemExit(
-            f"{path}: not KaTeX {KATEX_VERSION} (its sha512 differs from npm's); "
+            f"{path}: not {name} {version} (its sha512 differs from npm's); "
             f"delete it to download again"
         )
     return data
+
+
+def extract(name: str, wanted: dict[str, str], folder: Path) -> None:
+    "Write the files `wanted` names (path in the tarball -> name) of npm's `name` into `folder`."
+    folder.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(npm_tarball(name)), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            if member.name in wanted and member.isfile():  # nothing else in the archive is written
+                (folder / wanted[member.name]).write_bytes(tar.extractfile(member).read())
 
 
 def install_katex(out: Path) -> None:
@@ -113,7 +137,7 @@ def install_katex(out: Path) -> None:
     wanted = re.compile(
         r"package/(?:dist/(katex\.min\.js|katex\.min\.css|contrib/auto-render\.min\.js|fonts/[\w-]+\.woff2)|(LICENSE))$"
     )
-    with tarfile.open(fileobj=io.BytesIO(katex_tarball()), mode="r:gz") as tar:
+    with tarfile.open(fileobj=io.BytesIO(npm_tarball("katex")), mode="r:gz") as tar:
         for member in tar.getmembers():
             match = wanted.match(member.name)
             if (
@@ -386,19 +410,66 @@ def over_budget(rows: list[tuple[float, str, str, str]], budget: float = CELL_BU
 
 
 def prepare_run() -> None:
-    """Train the chapters' CPU run if it is unfinished ($MULTI30K_RUN names a full run instead),
-    here rather than inside a cell: a cell or nbdev-test then only reads it."""
-    from annotated_transformer._chapters import chapter_run  # imports torch: only when needed
+    """Train the chapters' CPU runs if they are unfinished ($MULTI30K_RUN and $MULTI30K_SUBWORD_RUN
+    name full runs instead), here rather than inside a cell: a cell or nbdev-test then only reads
+    them. The word-level run is the one chapters 07 and 08 decode; the subword run, the model of
+    the "Try it" panel (chapters 08 and 22)."""
+    from annotated_transformer._chapters import chapter_run, subword_run  # imports torch
 
-    t0 = time.time()
-    print("      the chapters' run: trained if unfinished ...", flush=True)
-    run_dir, _ = chapter_run()
-    print(f"      the chapters' run: {run_dir} ready in {time.time() - t0:.0f} s", flush=True)
+    for what, prepared in (("the chapters' run", chapter_run), ("the subword run", subword_run)):
+        t0 = time.time()
+        print(f"      {what}: trained if unfinished ...", flush=True)
+        run_dir, _ = prepared()
+        print(f"      {what}: {run_dir} ready in {time.time() - t0:.0f} s", flush=True)
 
 
 def decodes_chapter_run(nb: nbformat.NotebookNode) -> bool:
-    "Whether a notebook decodes the chapters' run (calls `chapter_run()`)."
-    return any("chapter_run(" in cell.source for cell in nb.cells if cell.cell_type == "code")
+    "Whether a notebook decodes the chapters' runs (calls `chapter_run()` or `subword_run()`)."
+    code = [cell.source for cell in nb.cells if cell.cell_type == "code"]
+    return any("chapter_run(" in source or "subword_run(" in source for source in code)
+
+
+# --- the "Try it" panel's folder ------------------------------------------------------------------
+
+LIVE = "live"  # beside the pages: what the panel's script asks for (figures.TryIt's `base`)
+RUNTIME_FILES = {  # npm package -> {its file: the name in live/}
+    "onnxruntime-web": {  # WebAssembly only, the loader built in: two files
+        "package/dist/ort.wasm.bundle.min.mjs": "ort.wasm.bundle.min.mjs",
+        "package/dist/ort-wasm-simd-threaded.wasm": "ort-wasm-simd-threaded.wasm",
+    },
+    "@huggingface/tokenizers": {
+        "package/dist/tokenizers.min.mjs": "tokenizers.min.mjs",
+        "package/LICENSE": "LICENSE-huggingface-tokenizers.txt",
+    },
+}
+
+
+def install_live(out: Path) -> None:
+    """live/: onnxruntime-web and the tokenizer with their licences, the panel's worker, and the
+    subword run exported to ONNX (int8) into live/model/ if the run is finished."""
+    import onnxruntime  # the dev extra's: its licence files are onnxruntime-web's too
+
+    from annotated_transformer._chapters import subword_run
+    from annotated_transformer.engines import Export, export_checkpoint
+
+    folder = out / LIVE
+    for name, wanted in RUNTIME_FILES.items():
+        extract(name, wanted, folder)
+    # onnxruntime-web's tarball carries no licence file; the project's Python package has its MIT
+    # licence and the notices of the code compiled into the WebAssembly
+    ort = Path(onnxruntime.__file__).parent
+    for name in ("LICENSE", "ThirdPartyNotices.txt"):
+        shutil.copyfile(ort / name, folder / f"{Path(name).stem}-onnxruntime-web.txt")
+    shutil.copyfile(
+        ROOT / "annotated_transformer" / "assets" / "try_it_worker.mjs", folder / "worker.mjs"
+    )
+    last = subword_run(prepare=False)[0] / "last.pt"
+    if not last.is_file():
+        print(f"      no {last}: the panel will say that its model did not load", flush=True)
+        return
+    how = Export(format="onnx", quantization="int8", overwrite=True)
+    export_checkpoint(last, folder / "model", how)
+    print(f"      the panel's model: {last} exported to {folder / 'model'}", flush=True)
 
 
 def book_exporter() -> HTMLExporter:
@@ -448,7 +519,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument(
         "--prepare-run",
         action="store_true",
-        help="only train the chapters' CPU run if unfinished (what tools/test.sh runs before "
+        help="only train the chapters' CPU runs if unfinished (what tools/test.sh runs before "
         "nbdev-test), then stop",
     )
     args = parser.parse_args()
@@ -473,6 +544,7 @@ def main() -> int:
     chosen = [p for p in paths if args.only is None or p.name in args.only]
     if not args.no_execute and any(decodes_chapter_run(notebooks[p]) for p in chosen):
         prepare_run()
+    install_live(args.out)
     for i, path in enumerate(paths):
         if path not in chosen:
             continue

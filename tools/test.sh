@@ -2,8 +2,8 @@
 # The whole test suite: the package and README agree with the notebooks, Part I's checks pass on
 # other arithmetic too (PyTorch's non-vectorized kernels, one thread), the tutorial renders (every
 # cell of every notebook run, its checks included), and the pytest suite in tests/ passes, its
-# browser test on the tutorial just rendered. It holds on a busy machine: the chapters' CPU run is
-# trained once, first, outside any cell (so the notebooks only read it), no cell should take over
+# browser test on the tutorial just rendered. It holds on a busy machine: the chapters' CPU runs are
+# trained once, first, outside any cell (so the notebooks only read them), no cell should take over
 # about two minutes, and the ten slowest cells and tests are printed to show it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,7 +44,7 @@ sources=(nbs tests tools benchmarks annotated_transformer/{cli,_chapters}.py)
 ruff check "${sources[@]}"
 ruff format --check "${sources[@]}"
 
-step "the chapters' CPU run (runs/multi30k-cpu, which chapters 07 and 08 decode), trained if unfinished"
+step "the chapters' CPU runs (runs/multi30k-cpu, runs/multi30k-subwords-cpu), trained if unfinished"
 python tools/render.py --prepare-run
 
 # A float computed here may differ in its last bits on another processor (AVX2 or AVX-512, Intel or

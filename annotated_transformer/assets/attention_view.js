@@ -1,9 +1,10 @@
-// The interactive attention view (AttentionView, nbs/08_attention.ipynb): one view per call, found
-// from the script element that runs it; its data is the JSON beside it. A token shows its weights
-// when pointed at or focused: Tab moves from token to token, the arrow keys along a column.
-(function () {
-  const view = document.currentScript.closest(".attention-view");
-  const data = JSON.parse(view.querySelector(".av-data").textContent);
+// The interactive attention view (AttentionView, nbs/08_attention.ipynb).
+// `attentionView(view, data)` draws the view element `view` from `data` (view_data's layout) and
+// returns its `draw`; a view written with its data (the JSON beside the script) draws itself. The
+// "Try it" panel draws its own view from the live model, adding sentences to `data` as they are
+// translated. A token shows its weights when pointed at or focused: Tab moves from token to token,
+// the arrow keys along a column.
+window.attentionView = function (view, data) {
   const [sentence, kind, layer, head] = ["sentence", "kind", "layer", "head"].map(n => view.querySelector(".av-" + n));
   const columns = {query: view.querySelector(".av-queries"), key: view.querySelector(".av-keys")};
   const chosen = () => data.sentences[sentence.value].kinds[kind.value];
@@ -49,5 +50,11 @@
     fill("key", chosen().cols);
   }
   [sentence, kind, layer, head].forEach(select => select.addEventListener("change", draw));
-  draw();
+  if (data.sentences.length) draw();
+  return draw;
+};
+(function () {
+  const view = document.currentScript && document.currentScript.closest(".attention-view");
+  const json = view && view.querySelector(".av-data");
+  if (json) attentionView(view, JSON.parse(json.textContent));
 })();
