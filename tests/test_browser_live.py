@@ -16,7 +16,8 @@ What is checked, on the book tools/render.py rendered (its live/ folder and live
    screenshots at 1400 and 420 px go to test-artifacts/screenshots/try-it-<width>.png, and the
    measured figures to test-artifacts/try-it.json.
 5. From a file (file://) the panel says in one line that it needs http, asks for nothing when
-   pressed, and the precomputed view stays.
+   pressed, and the precomputed view stays; in a browser without WebAssembly SIMD, or when a model
+   file does not load, it says so in one line, naming the file.
 """
 
 from __future__ import annotations
@@ -231,3 +232,26 @@ def test_from_a_file_the_panel_says_why_and_the_precomputed_view_stays(tutorial,
     assert not [url for url in asked if "/live/" in url]
     assert page.locator(".attention-view .av-data").count() >= 1  # the precomputed view
     page.close()
+
+
+def test_where_the_model_cannot_run_the_panel_says_why_in_one_line(browser, served) -> None:
+    "A browser without WebAssembly SIMD, and a model file that does not load."
+    address, _ = served
+    refused: list[str] = []
+    page = offline_page(browser, address, WIDE, refused)
+    page.add_init_script("WebAssembly.validate = () => false")  # as a browser without SIMD
+    open_panel(page, address)
+    page.click(".try-it .ti-go")
+    assert "lacks WebAssembly SIMD" in page.inner_text(".try-it .ti-status")
+    page.close()
+    page = offline_page(browser, address, WIDE, refused)
+    page.route("**/model/decoder.onnx", lambda route: route.abort())
+    open_panel(page, address)
+    page.click(".try-it .ti-go")
+    page.wait_for_function(
+        "/did not load/.test(document.querySelector('.try-it .ti-status').textContent)"
+    )
+    status = page.inner_text(".try-it .ti-status")
+    assert "decoder" in status and "\n" not in status.strip()
+    page.close()
+    assert [url for url in refused if "decoder.onnx" not in url] == []

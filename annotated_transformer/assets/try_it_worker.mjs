@@ -10,8 +10,16 @@ let ort, tokenizer, settings, encoder, decoder;
 const post = message => self.postMessage(message);
 
 async function fetched(name, what) {  // a file of live/, with a progress line as it arrives
+  try {
+    return await download(name, what);
+  } catch (error) {
+    throw new Error(`${name}: ${error.message}`);  // the file named, whatever went wrong
+  }
+}
+
+async function download(name, what) {
   const response = await fetch(new URL(name, here));
-  if (!response.ok) throw new Error(`${name}: HTTP ${response.status}`);
+  if (!response.ok) throw new Error(`HTTP ${response.status}`);
   const total = Number(response.headers.get("content-length")) || 0;
   const reader = response.body.getReader(), chunks = [];
   let loaded = 0;
