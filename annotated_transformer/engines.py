@@ -1,6 +1,6 @@
 """The trained model written as a CTranslate2 model folder (with int8 weights if asked), served by
 the same command line and Python interface as ours, and the two engines measured against each
-other.
+other; then written as ONNX graphs that run the model in a web page.
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/engines.html.md"""
 

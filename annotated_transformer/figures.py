@@ -166,25 +166,30 @@ def _layout(n: int, tokens: int) -> tuple[int, float]:
     return per_row, min(size, (COLUMN - BAR) / per_row)
 
 # %% ../nbs/18_figures.ipynb #c2a0a58b
-def _grid(
-    fig: Figure | SubFigure, n: int, tokens: int, title_room: float = 0.4
-) -> tuple[list, float]:
-    "n axes for maps of up to `tokens` labels a side on `fig`, and the height in inches they take."
+def _height(n: int, tokens: int, aspect: float = 1.0, title_room: float = 0.4) -> float:
+    """The inches n maps of up to `tokens` labels a side take, each `aspect` (queries / keys) as
+    tall as it is wide, with their labels (1 inch, if any) and a title: no blank bands."""
     per_row, size = _layout(n, tokens)
-    rows = -(-n // per_row)
-    axes = [fig.add_subplot(rows, per_row, i + 1) for i in range(n)]
+    labels = 1.0 if tokens else 0.0
+    return -(-n // per_row) * ((size - labels) * aspect + labels) + title_room
+
+
+def _grid(fig: Figure | SubFigure, n: int, tokens: int) -> list:
+    "n axes for maps of up to `tokens` labels a side on `fig`, with the weights' colour bar."
+    per_row, _ = _layout(n, tokens)
+    axes = [fig.add_subplot(-(-n // per_row), per_row, i + 1) for i in range(n)]
     bar = fig.colorbar(ScalarMappable(Normalize(0.0, 1.0), "viridis"), ax=axes, shrink=0.8)
     bar.set_label("weight", fontsize=LABEL_POINTS)
     bar.ax.tick_params(labelsize=LABEL_POINTS)
-    return axes, size * rows + title_room
+    return axes
 
 
-def _figure(n: int, tokens: int) -> tuple[Figure, list]:
+def _figure(n: int, tokens: int, aspect: float = 1.0) -> tuple[Figure, list]:
     "A figure as wide as its n maps of up to `tokens` labels a side (at most the column's width)."
     per_row, size = _layout(n, tokens)
     fig = AttentionFigure(layout="constrained")
-    axes, height = _grid(fig, n, tokens)
-    fig.set_size_inches(min(COLUMN, per_row * size + BAR), height)
+    axes = _grid(fig, n, tokens)
+    fig.set_size_inches(min(COLUMN, per_row * size + BAR), _height(n, tokens, aspect))
     return fig, axes
 
 # %% ../nbs/18_figures.ipynb #a21df022
@@ -225,7 +230,7 @@ def plot_heads(
     heads = list(range(h)) if heads is None else list(heads)
     for head in heads:
         check_index("head", head, h)
-    fig, axes = _figure(len(heads), tokens=max(Q, K))
+    fig, axes = _figure(len(heads), tokens=max(Q, K), aspect=Q / K)
     for ax, head in zip(axes, heads):
         _heatmap(ax, weights[head], list(rows), list(cols), f"head {head}")
     fig.suptitle(title, wrap=True, x=0.01, ha="left")  # in sight where a phone scrolls
@@ -234,8 +239,8 @@ def plot_heads(
 # %% ../nbs/18_figures.ipynb #47822c78
 def plot_layers(weights: Tensor, title: str = "") -> Figure:
     "Every layer and head of one kind of attention, small and unlabeled: an overview."
-    N, h = weights.shape[:2]
-    fig, axes = _figure(N * h, tokens=0)
+    N, h, Q, K = weights.shape
+    fig, axes = _figure(N * h, tokens=0, aspect=Q / K)
     for i, ax in enumerate(axes):
         _heatmap(ax, weights[i // h, i % h], False, False, f"layer {i // h}, head {i % h}")
     fig.suptitle(title, wrap=True, x=0.01, ha="left")  # in sight where a phone scrolls
@@ -262,11 +267,12 @@ def plot_sentence(maps: AttentionMaps, layer: int) -> Figure:
     N, h = maps.weights[kinds[0]].shape[:2]
     check_index("layer", layer, N)
     tokens = max(len(maps.src_tokens), len(maps.tgt_tokens))
+    heights = [_height(h, tokens, len(rows) / len(cols)) for rows, cols in map(maps.axes, kinds)]
     fig = AttentionFigure(layout="constrained")
-    parts = fig.subfigures(len(kinds), 1, squeeze=False)[:, 0]
-    grids = [_grid(part, h, tokens) for part in parts]  # [(axes, height)], one per kind
-    fig.set_size_inches(COLUMN, 0.5 + sum(height for _, height in grids))  # the sentence on top
-    for part, kind, (axes, _) in zip(parts, kinds, grids):
+    parts = fig.subfigures(len(kinds), 1, squeeze=False, height_ratios=heights)[:, 0]
+    fig.set_size_inches(COLUMN, 0.5 + sum(heights))  # the sentence on top
+    for part, kind in zip(parts, kinds):
+        axes = _grid(part, h, tokens)
         rows, cols = maps.axes(kind)
         for head, ax in enumerate(axes):
             _heatmap(ax, maps.weights[kind][layer, head], rows, cols, f"head {head}")

@@ -1,6 +1,6 @@
 """Our models written as Marian or Pegasus models that `transformers` loads, exactly, with their
-tokenizer and a model card; and the OPUS-MT models of the Hub read into our own model, translated
-with our searches and drawn with our attention maps.
+tokenizer and a model card; and the Hub's OPUS-MT models read into our own model, translated with
+our searches and drawn with our attention maps (offline, a random look-alike stands in).
 
 Docs: https://annotated-transformer.github.io/annotated-transformer/hub.html.md"""
 

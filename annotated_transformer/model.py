@@ -299,7 +299,7 @@ def check_ids(ids: Tensor, size: int, what: str = "token id") -> None:
     if bad.numel():
         raise ValueError(f"{what} {bad[0].item()} is outside the vocabulary of size {size}")
 
-
+# %% ../nbs/01_model.ipynb #6fc66282
 class Embeddings(nn.Module):
     "Learned token embeddings, multiplied by sqrt(d_model) (§3.4)."
 

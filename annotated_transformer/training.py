@@ -111,7 +111,7 @@ def noam_optimizer(
     model_size: int,  # d_model
     factor: float = 1.0,
     warmup: int = 4000,
-    **adam: object,  # more of PyTorch's Adam settings (the trainer asks for fused=True on GPUs)
+    **adam: object,  # more of PyTorch's Adam settings
 ) -> tuple[torch.optim.Adam, LambdaLR]:
     "Adam with the paper's betas and epsilon (§5.3), and the schedule of eq. (5) as a `LambdaLR`."
     if warmup < 1:

@@ -331,6 +331,24 @@ def test_the_check_finds_quotes_minutes_floats_and_notes_on_the_making(
     )
 
 
+def test_the_check_finds_tokens_gains_in_words_and_a_promise_of_both(prose, tmp_path: Path) -> None:
+    "The three ways a page contradicted itself: a quoted token, a gain in words, one of two."
+    text = (
+        'The row of "woman" looks at "trägt". Beam search adds half a point over greedy. '
+        "The loss with and without smoothing:"
+    )
+    page = page_of(tmp_path, text, "A woman walking down a street .\neps=0.1: 601.7\n")
+    assert prose.missing_tokens(page) == ["trägt"]
+    assert prose.worded_gains(page) == ["adds half a point"]
+    assert prose.one_sided(page) == []  # two lines printed below the promise
+    single = page_of(tmp_path, "The loss with and without smoothing:", "eps=0.1: 601.7\n")
+    assert prose.one_sided(single) == ["'with and without', above 1 printed line(s)"]
+    both = page_of(tmp_path, "The loss with and without smoothing:", "eps=0.0: 661\neps=0.1: 601\n")
+    assert prose.one_sided(both) == []
+    fixed = 'The row of "woman" looks at "street"; beam search adds 0.21 over greedy.'
+    assert prose.problems(page_of(tmp_path, fixed, "woman street 0.21\n")) == []
+
+
 def test_the_figure_check_finds_a_figure_the_page_does_not_show(prose, tmp_path: Path) -> None:
     nb = nbformat.v4.new_notebook()
     nb.cells = [
@@ -467,3 +485,24 @@ def test_the_panel_s_runtime_is_unpacked_file_by_file(render, tmp_path: Path, mo
     assert found == sorted(n for files in wanted.values() for n in files.values())
     assert "ort-wasm-simd-threaded.wasm" in found and "LICENSE-huggingface-tokenizers.txt" in found
     assert not (tmp_path.parent / "escape.js").exists()
+
+
+def test_every_figure_says_what_it_shows() -> None:
+    "Each cell that draws a figure has a `#| fig-alt:` line, the alt text tools/render.py gives it."
+    missing = []
+    for nb in NOTEBOOKS:
+        for cell in nbformat.read(nb, as_version=4).cells:
+            images = any("image/png" in o.get("data", {}) for o in cell.get("outputs", []))
+            alt = re.search(r"^#\|\s*fig-alt:\s*(\S.{20,})$", cell.source, re.M)
+            if cell.cell_type == "code" and images and not alt:
+                missing.append(f"{nb.name} cell {cell.get('id')}")
+    assert missing == [], f"no `#| fig-alt:` of at least 20 characters: {missing}"
+
+
+def test_every_chapter_opens_with_its_title_then_its_lead(render) -> None:
+    "One layout: the title, the grey lead (nbdev's summary), then the introduction, if any."
+    for nb in NOTEBOOKS[1:]:
+        first = nbformat.read(nb, as_version=4).cells[0].source
+        blocks = [b for b in render.summary_paragraph(first).split("\n\n") if b.strip()]
+        assert blocks[0].startswith("# "), nb.name
+        assert blocks[1].startswith('<p class="book-summary">'), f"{nb.name}: {blocks[1][:60]}"

@@ -12,9 +12,9 @@ What is checked, on the rendered pages:
 4. The page reads as a book: no nbdev directive (`#|`) and no execution counter is visible, each
    chapter's import cells are folded, each chapter links itself in Colab, and the print stylesheet
    drops the navigation.
-5. Every image (plots, heatmaps) is present and loaded, each page has at least the images its
-   committed notebook has, the attention chapter shows its heatmaps, and no output cell shows a
-   Python error.
+5. Every image (plots, heatmaps) is present and loaded, with alt text saying what it shows, each
+   page has at least the images its committed notebook has, the attention chapter shows its
+   heatmaps, and no output cell shows a Python error.
 6. The interactive attention view responds: choosing a sentence, kind, layer and head and pointing
    at a token shows weights equal (to the two decimals shown) to the model's own, recomputed here:
    on the rendered attention chapter from the model it was rendered with, and on a view made here
@@ -38,9 +38,9 @@ What is checked, on the rendered pages:
     test-artifacts/screenshots/<page>-1400.png and <page>-420.png; no page scrolls sideways at
     either width.
 13. The page says what it means: Markdown tables render as tables (no row of raw `|` pipes), no
-    `#| hide` cell is shown, and at 420 px every output box that scrolls sideways says so (a
-    label from book.js) while nothing in one is blank (each image has a size); at 1400 px none
-    needs to.
+    `#| hide` cell is shown, and at 420 px every output, equation or table that scrolls sideways
+    says so (a label from book.js) while nothing in one is blank (each image has a size); at
+    1400 px none needs to.
 14. The front door: the landing page's first screen (1400 x 900) shows what this is and its three
     doors, each with its first step: read (a link to the first chapter), run (the commands),
     use (the Python example).
@@ -273,9 +273,12 @@ def test_images_are_loaded_and_no_output_shows_an_error(tutorial: Path, page) ->
         images = page.eval_on_selector_all(
             "main img",
             "imgs => imgs.map(i => "
-            "({loaded: i.complete && i.naturalWidth > 0, src: i.src.slice(0, 40)}))",
+            "({loaded: i.complete && i.naturalWidth > 0, src: i.src.slice(0, 40), alt: i.alt}))",
         )
         assert all(image["loaded"] for image in images), f"{name}: an image did not load: {images}"
+        plots = [i for i in images if i["src"].startswith("data:image/png")]  # a cell's figures
+        unsaid = [i["src"] for i in plots if len(i["alt"]) < 20 or "No description" in i["alt"]]
+        assert unsaid == [], f"{name}: figures without alt text saying what they show"
         assert len(images) >= committed_images(nb), (
             f"{name}: {len(images)} images, the notebook has {committed_images(nb)}"
         )
@@ -695,10 +698,16 @@ def test_tables_render_and_hidden_cells_stay_hidden(tutorial: Path, page) -> Non
             assert not any(sentence in text for sentence in hidden), "a hidden cell is shown"
 
 
+SCROLLING = ", ".join(  # what may scroll sideways on a phone, each in its own box (book.js)
+    f"body.book {box}"
+    for box in (".jp-OutputArea-output", ".katex-display", ".jp-RenderedMarkdown table")
+)
+
+
 def scrolling_boxes(page) -> list[dict]:
-    "Each output box that scrolls sideways: whether it says so, and its images' sizes."
+    "Each output, equation or table box that scrolls sideways: whether it says so, its images."
     page.wait_for_function("document.documentElement.dataset.scrollHints === 'done'")
-    return page.locator("body.book .jp-OutputArea-output").evaluate_all(
+    return page.locator(SCROLLING).evaluate_all(
         """boxes => boxes.filter(b => b.scrollWidth > b.clientWidth + 1).map(b => ({
             labelled: b.classList.contains("book-scrolls")
                 && getComputedStyle(b, "::before").content.includes("scroll"),

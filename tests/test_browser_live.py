@@ -255,3 +255,15 @@ def test_where_the_model_cannot_run_the_panel_says_why_in_one_line(browser, serv
     assert "decoder" in status and "\n" not in status.strip()
     page.close()
     assert [url for url in refused if "decoder.onnx" not in url] == []
+
+
+def test_the_landing_page_links_the_panel(tutorial, browser) -> None:
+    "The front page's link to the panel leads to it, as the chapters' links to BLEU do."
+    page = browser.new_page(viewport={"width": WIDE, "height": 900})
+    page.goto((tutorial / "index.html").as_uri())
+    links = page.eval_on_selector_all("main a[href*='#']", "as => as.map(a => a.href)")
+    for target in ("08_attention.html#try-it", "06_translation.html#bleu"):
+        [href] = [h for h in links if h.endswith(target)]
+        page.goto(href)
+        assert page.locator(f"#{target.split('#')[1]}").count() == 1, target
+    page.close()

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PART_I = ("01", "02", "03", "04", "05", "06", "07", "08")
 # Part I in one sitting: our words (folded notes included), code lines shown, a folded note's
 # words, and the landing page's words
-BUDGETS = {"part_one_words": 6_000, "part_one_code": 1_600, "note_words": 120, "landing": 600}
+BUDGETS = {"part_one_words": 4_500, "part_one_code": 1_300, "note_words": 120, "landing": 600}
 # the engine's words: in Part I only inside a folded note
 ENGINE_TERMS = (
     "all-reduce",
@@ -55,6 +55,20 @@ ENGINE_TERMS = (
     "no_sync",
     "version 0.1",
     "the earlier notebook",
+    "is_compiling",
+    "meta device",
+    'torch.device("meta")',
+    "mixed precision",
+    "fused=True",
+    "FusedLabelSmoothing",
+    "slow cell",
+    "Translating",
+    "ChoiceError",
+    "RunCheckpoint",
+    "ClassVar",
+    "MULTI30K_RUN",
+    "_chapters",
+    "threads sum",
 )
 EARLIER_NOTEBOOK_ONCE = "01"  # the chapter whose introduction says what the earlier notebook was
 
@@ -66,6 +80,14 @@ SECTION = re.compile(
 HEADS = re.compile(r"\bheads? (\d+(?:(?:, | and | or |-|–)\d+)*)")
 LAYERS = re.compile(r"\blayers? (\d+(?:(?:, | and | or |-|–)\d+)*)(?! (?:of|layers|encoder))")
 QUOTED = re.compile(r'"([A-Z][^"\n]*)"|“([A-Z][^”\n]*)”')  # "A man is riding a bike."
+TOKEN = re.compile(r'"([^"\n]{1,40})"|“([^”\n]{1,40})”')  # a quoted word of a sentence: "trägt"
+# a gain or loss told in words ("adds half a point"): the page prints numbers, the prose cites them
+WORDED_GAIN = re.compile(
+    r"\b(?:adds?|gains?|loses|costs?)\s+(?:(?:about|roughly|half|a|an|one|two|three|up to|to)\s+)+"
+    r"(?:points?|a point)\b",
+    re.IGNORECASE,
+)
+BOTH = re.compile(r"\bwith and without\b", re.IGNORECASE)  # promises two results, printed
 MINUTES = re.compile(r"(\d+(?:\.\d+)?)(?:\s|-)?(?:minutes?|min)\b")
 LONG_FLOAT = re.compile(r"(?<![\w.])-?\d+\.\d{7,}(?!\d)")
 MAKING = re.compile(
@@ -223,6 +245,52 @@ def missing_quotes(nb_path: Path) -> list[str]:
     return missing
 
 
+def missing_tokens(nb_path: Path) -> list[str]:
+    """The words our prose quotes from the page (a token of a translation, a sentence's word) that
+    the page does not show: quoted, each word must be among the outputs, code or quotes."""
+    words = set(re.findall(r"[^\W_]+|[^\w\s]", _flat(page_text(nb_path))))
+    missing = []
+    for cell in cells(nb_path):
+        if cell["cell_type"] != "markdown":
+            continue
+        text = re.sub(r"`[^`]*`", " ", our_prose(source(cell)))
+        for match in TOKEN.finditer(text):
+            quote = _flat(match[1] or match[2]).strip(" .,;:")
+            if quote and not set(re.findall(r"[^\W_]+|[^\w\s]", quote)) <= words:
+                missing.append(quote)
+    return missing
+
+
+def prose_matches(nb_path: Path, pattern: re.Pattern) -> list[str]:
+    "What `pattern` finds in our prose, in order."
+    return [
+        m[0]
+        for cell in cells(nb_path)
+        if cell["cell_type"] == "markdown"
+        for m in pattern.finditer(our_prose(source(cell)))
+    ]
+
+
+def worded_gains(nb_path: Path) -> list[str]:
+    "Gains and losses our prose tells in words, where the page prints the numbers to cite."
+    return prose_matches(nb_path, WORDED_GAIN)
+
+
+def one_sided(nb_path: Path) -> list[str]:
+    """Prose that promises a result "with and without" something, above a code cell that prints
+    fewer than two lines: one of the two is missing."""
+    found, promised = [], None
+    for cell in cells(nb_path):
+        if cell["cell_type"] == "markdown":
+            promised = m[0] if (m := BOTH.search(our_prose(source(cell)))) else None
+        elif promised and shown(cell):
+            lines = [line for text in output_texts(cell) for line in text.splitlines() if line]
+            if len(lines) < 2:
+                found.append(f"{promised!r}, above {len(lines)} printed line(s)")
+            promised = None
+    return found
+
+
 def missing_minutes(nb_path: Path) -> list[str]:
     "The durations in minutes our prose gives that no output prints."
     printed = []
@@ -255,12 +323,7 @@ def long_floats(nb_path: Path) -> list[str]:
 
 def making_of(nb_path: Path) -> list[str]:
     "Sentences about how the book was made."
-    return [
-        m[0]
-        for cell in cells(nb_path)
-        if cell["cell_type"] == "markdown"
-        for m in MAKING.finditer(our_prose(source(cell)))
-    ]
+    return prose_matches(nb_path, MAKING)
 
 
 def problems(nb_path: Path) -> list[str]:
@@ -269,6 +332,9 @@ def problems(nb_path: Path) -> list[str]:
     if nb_path.name[:2] in PART_I:  # Part II cites titles, labels and recorded runs' budgets
         found += [f'quoted but not shown: "{q}"' for q in missing_quotes(nb_path)]
         found += [f"no output prints: {m}" for m in missing_minutes(nb_path)]
+        found += [f'a quoted word the page does not show: "{t}"' for t in missing_tokens(nb_path)]
+        found += [f"a result told in words, not cited: {g}" for g in worded_gains(nb_path)]
+        found += [f"promised both, printed one: {b}" for b in one_sided(nb_path)]
     found += [f"printed unrounded: {f}" for f in long_floats(nb_path)[:3]]
     found += [f"about how the book was made: {m}" for m in making_of(nb_path)]
     return found

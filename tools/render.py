@@ -194,22 +194,25 @@ def link_citations(markdown: str) -> str:
 
 def summary_paragraph(markdown: str) -> str:
     """A chapter's first cell with its summary (nbdev's `> ` lines under the title) as a lead
-    paragraph: in the book a quote block is the paper's words, and the summary is ours."""
+    paragraph, right under the title and above the introduction: in the book a quote block is the
+    paper's words, and the summary is ours."""
     lines = markdown.splitlines()
     quoted = [line[1:].strip() for line in lines if line.startswith(">")]
     if not quoted:
         return markdown
     rest = [line for line in lines if not line.startswith(">")]
+    title = [line for line in rest[:1] if line.startswith("# ")]  # the lead comes right under it
     summary = html.escape(" ".join(quoted), quote=False)
     summary = re.sub(r"`([^`]+)`", r"<code>\1</code>", summary)
-    return "\n".join(rest).rstrip() + f'\n\n<p class="book-summary">{summary}</p>\n'
+    intro = "\n".join(rest[len(title) :]).strip()
+    return "\n\n".join([*title, f'<p class="book-summary">{summary}</p>', intro]).rstrip() + "\n"
 
 
 def prepare(nb: nbformat.NotebookNode) -> None:
     """Drop the `#| hide` cells and every directive line, as nbdev's docs do; show only the output
-    of `#| echo: false` cells; fold the import cells (and a `#| code-fold: true` cell, under its
-    `#| code-summary`) and label the exported ones with their module
-    (in cell.metadata.book, which the template reads)."""
+    of `#| echo: false` cells; give a cell's images the alt text of its `#| fig-alt:`; fold the
+    import cells (and a `#| code-fold: true` cell, under its `#| code-summary`) and label the
+    exported ones with their module (in cell.metadata.book, which the template reads)."""
     module = next(
         (
             m.group(1)
@@ -230,6 +233,10 @@ def prepare(nb: nbformat.NotebookNode) -> None:
         )
         if re.search(r"^#\|\s*echo:\s*false\b", cell.source, re.M):  # the output alone
             cell.metadata["transient"] = {"remove_source": True}
+        if alt := re.search(r"^#\|\s*fig-alt:\s*(.+)$", cell.source, re.M):  # Quarto's too
+            for output in cell.get("outputs", []):
+                if "image/png" in output.get("data", {}):
+                    output.setdefault("metadata", {})["alt"] = alt.group(1).strip()
         summary = re.search(r"^#\|\s*code-summary:\s*(.+)$", cell.source, re.M)
         folded = re.search(r"^#\|\s*code-fold:\s*true\b", cell.source, re.M) is not None
         cell.source = DIRECTIVE.sub("", cell.source).strip("\n")

@@ -23,13 +23,17 @@ document.addEventListener("DOMContentLoaded", () => {
   links.forEach((_, id) => { const heading = document.getElementById(id); if (heading) observer.observe(heading); });
 });
 
-// A figure wider than the window scrolls in its own box: label the box so that a reader knows there
-// is more to the right (book.css draws the label and a shadow on the box's right edge).
+// A figure, equation or table wider than the window scrolls in its own box: label the box so that a
+// reader knows there is more to the right (book.css draws the label and a bar on its right edge).
+const SCROLLING = [".jp-OutputArea-output", ".katex-display", ".jp-RenderedMarkdown table"]
+  .map(box => "body.book " + box).join(", ");
 function markScrollingBoxes() {
-  for (const box of document.querySelectorAll("body.book .jp-OutputArea-output")) {
+  for (const box of document.querySelectorAll(SCROLLING)) {
     const scrolls = box.scrollWidth > box.clientWidth + 1;
     box.classList.toggle("book-scrolls", scrolls);
-    if (scrolls) box.dataset.hint = "scroll sideways to see the whole figure →";
+    const what = box.matches(".katex-display") ? "equation"
+      : box.matches("table") ? "table" : "figure";
+    if (scrolls) box.dataset.hint = `scroll sideways to see the whole ${what} →`;
   }
   document.documentElement.dataset.scrollHints = "done";  // for the browser test
 }
