@@ -29,10 +29,10 @@ from .fast_decoding import GREEDY, Search, Translating
 from .model import EncoderDecoder, subsequent_mask
 
 # %% auto #0
-__all__ = ['KINDS', 'COLUMN', 'LABEL_POINTS', 'BAR', 'TRY_IT_SENTENCE', 'attention_modules', 'attach_weight_hooks',
-           'recorded_weights', 'attention_weights', 'AttentionMaps', 'check_kind', 'check_index', 'AttentionFigure',
-           'plot_heads', 'plot_layers', 'plot_attention', 'plot_sentence', 'attention_layer', 'save_attention_maps',
-           'plot_measures', 'view_data', 'view_shape', 'AttentionView', 'TryIt']
+__all__ = ['KINDS', 'COLUMN', 'LABEL_POINTS', 'BAR', 'OVERVIEW_LABELS', 'SMALLEST_POINTS', 'TRY_IT_SENTENCE', 'attention_modules',
+           'attach_weight_hooks', 'recorded_weights', 'attention_weights', 'AttentionMaps', 'check_kind', 'check_index',
+           'AttentionFigure', 'plot_heads', 'plot_layers', 'plot_attention', 'plot_sentence', 'attention_layer',
+           'save_attention_maps', 'plot_measures', 'view_data', 'view_shape', 'AttentionView', 'TryIt']
 
 # %% ../nbs/18_figures.ipynb #9a1b2c3d
 KINDS = {  # the three kinds of attention, by the names used below
@@ -237,12 +237,36 @@ def plot_heads(
     return fig
 
 # %% ../nbs/18_figures.ipynb #47822c78
-def plot_layers(weights: Tensor, title: str = "") -> Figure:
-    "Every layer and head of one kind of attention, small and unlabeled: an overview."
+OVERVIEW_LABELS = 0.7  # inches left of and below an overview for its tokens
+SMALLEST_POINTS = 7.2  # the smallest token label: 10 px at 100 dpi
+
+
+def _overview_points(Q: int, K: int, per_row: int) -> float | None:
+    "The size of labels that fit an overview's maps, at most LABEL_POINTS; None if under 10 px."
+    side = (COLUMN - BAR - OVERVIEW_LABELS) / per_row * 72  # a map's side, in points
+    points = min(LABEL_POINTS, 0.95 * side / max(Q, K))
+    return points if points >= SMALLEST_POINTS else None
+
+# %% ../nbs/18_figures.ipynb #47822c79
+def plot_layers(
+    weights: Tensor, title: str = "", rows: Sequence[str] = (), cols: Sequence[str] = ()
+) -> Figure:
+    """Every layer and head of one kind of attention, small, four maps a row: an overview, the
+    queries' tokens down its left and the keys' along its bottom where they fit."""
     N, h, Q, K = weights.shape
-    fig, axes = _figure(N * h, tokens=0, aspect=Q / K)
+    per_row = min(N * h, 4)
+    points = _overview_points(Q, K, per_row) if len(rows) else None
+    labels = OVERVIEW_LABELS if points else 0.0
+    side = (COLUMN - BAR - labels) / per_row if points else 1.8
+    fig = AttentionFigure(layout="constrained")
+    axes = _grid(fig, N * h, 0)
+    height = -(-N * h // per_row) * side * Q / K + labels + 0.4
+    fig.set_size_inches(min(COLUMN, per_row * side + BAR + labels), height)
     for i, ax in enumerate(axes):
-        _heatmap(ax, weights[i // h, i % h], False, False, f"layer {i // h}, head {i % h}")
+        left, bottom = bool(points) and i % per_row == 0, bool(points) and i >= N * h - per_row
+        which = f"layer {i // h}, head {i % h}"
+        _heatmap(ax, weights[i // h, i % h], left and list(rows), bottom and list(cols), which)
+        ax.tick_params(labelsize=points or LABEL_POINTS)
     fig.suptitle(title, wrap=True, x=0.01, ha="left")  # in sight where a phone scrolls
     return fig
 
@@ -255,7 +279,7 @@ def plot_attention(
     check_kind(kind)
     weights = maps.weights[kind]
     if layer is None:
-        return plot_layers(weights, f"{KINDS[kind]}, all layers")
+        return plot_layers(weights, f"{KINDS[kind]}, all layers", *maps.axes(kind))
     check_index("layer", layer, weights.size(0))
     rows, cols = maps.axes(kind)
     return plot_heads(weights[layer], rows, cols, f"{KINDS[kind]}, layer {layer}", heads)
