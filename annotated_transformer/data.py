@@ -240,8 +240,8 @@ def read_lines(
     try:
         with _open_text(path) as f:
             for number, raw in enumerate(f, start=1):
-                try:
-                    line = raw.decode("utf-8").rstrip("\r\n")
+                try:  # a byte order mark opening the file is not text
+                    line = raw.decode("utf-8").rstrip("\r\n").removeprefix("\ufeff" * (number == 1))
                 except UnicodeDecodeError as error:
                     raise ValueError(
                         f"{path}:{number}: invalid UTF-8 ({error.reason} at byte {error.start})"

@@ -412,11 +412,8 @@ def exported_files(out: Path) -> list[str]:
     return [name for name in listed if name in ALL_EXPORT_FILES]
 
 # %% ../nbs/22_engines.ipynb #e8931d0e
-def check_out(out: str | Path, overwrite: bool) -> None:
-    """Refuse to write over a folder, unless asked to and it holds only a model export wrote
-    (after putting back what an interrupted export left: `recover_export`)."""
-    out = Path(out)
-    recover_export(out)
+def _check_replaceable(out: Path, overwrite: bool) -> None:
+    "Refuse a folder at `out` unless asked to replace it and it holds only a model export wrote."
     if not (out.exists() or out.is_symlink()):
         return
     if not overwrite:
@@ -433,6 +430,13 @@ def check_out(out: str | Path, overwrite: bool) -> None:
             f"{out} holds files export did not write ({', '.join(others)}): move them, or choose "
             f"another folder (--overwrite replaces the folder whole)"
         )
+
+
+def check_out(out: str | Path, overwrite: bool) -> None:
+    """Refuse to write over a folder, unless asked to and it holds only a model export wrote
+    (after putting back what an interrupted export left: `recover_export`)."""
+    recover_export(out)
+    _check_replaceable(Path(out), overwrite)
 
 # %% ../nbs/22_engines.ipynb #c1b2e022
 def _info(ckpt: RunCheckpoint, model: EncoderDecoder, quantization: str, files: list[str]) -> dict:
@@ -556,7 +560,7 @@ def export_model(
         tmp.mkdir()
         with _held(tmp):  # not debris to another export's `recover_export`
             _write_folder(tmp, ckpt, quantization, out.name, format)
-            _replace(tmp, out)
+            _replace(tmp, out, overwrite)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # still there only if something failed
     return out
@@ -615,7 +619,7 @@ def _write_ctranslate2(
         (tmp / SUBWORD_FILE).write_bytes(ckpt.tokenizer.model)
     (tmp / "README.md").write_text(readme(ckpt, name, quantization), encoding="utf-8")
 
-
+# %% ../nbs/22_engines.ipynb #2bdecd8e
 def _write_folder(
     tmp: Path, ckpt: RunCheckpoint, quantization: str, name: str, format: str
 ) -> None:
@@ -629,13 +633,25 @@ def _write_folder(
         _write_ctranslate2(tmp, ckpt, model, quantization, name)
     files = sorted([*os.listdir(tmp), INFO_FILE])
     (tmp / INFO_FILE).write_text(json.dumps(_info(ckpt, model, quantization, files), indent=1))
+    readable = 0o666 & ~_umask()  # as the umask makes a new file: some writers make theirs 0600
+    for name in files:
+        os.chmod(tmp / name, readable)
+
+
+def _umask() -> int:
+    "The process's umask (read by setting it, then put back)."
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 # %% ../nbs/22_engines.ipynb #b17ea418
-def _replace(tmp: Path, out: Path) -> None:
-    "Put the finished folder `tmp` at `out`, replacing the model folder there (checked before)."
+def _replace(tmp: Path, out: Path, overwrite: bool) -> None:
+    """Put the finished folder `tmp` at `out`, replacing the model folder there, checked again now:
+    a folder or file that appeared at `out` while export ran is kept, and export refused."""
     old = out.with_name(f".{out.name}.{uuid.uuid4().hex}.old")
     with _held(out) if out.exists() else nullcontext():  # `old` is not debris meanwhile
-        if out.exists():
+        if out.exists() or out.is_symlink():
+            _check_replaceable(out, overwrite)
             os.rename(out, old)
         try:
             os.rename(tmp, out)  # killed before this: the next start puts `old` back

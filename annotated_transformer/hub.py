@@ -10,13 +10,14 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/hub.html.md"
 from __future__ import annotations
 
 import pickle
+import re
 import socket
 import sys
 import warnings
 from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from urllib.parse import urlparse
 
 import torch
@@ -38,11 +39,12 @@ from .translator import Translator
 
 # %% auto #0
 __all__ = ['Named', 'PROJECTIONS', 'ENCODER_NORMS', 'DECODER_NORMS', 'TIED_AS', 'SPECIAL_IDS', 'CARD', 'CARD_USE', 'DATA',
-           'ACTIVATIONS', 'HUB_PREFIX', 'PARTS', 'marian_order', 'weight_names', 'to_transformers', 'from_transformers',
+           'ACTIVATIONS', 'HUB_PREFIX', 'PARTS', 'ID_FIELDS', 'ID_LISTS', 'WEIGHTS', 'INDEXES', 'TOKENIZER_FILES',
+           'TOKENIZER_BYTES', 'marian_order', 'weight_names', 'to_transformers', 'from_transformers',
            'transformers_config', 'subword_tokenizer', 'fast_tokenizer', 'import_transformers',
            'check_transformers_exportable', 'save_transformers', 'model_card', 'SwishFeedForward', 'use_activation',
            'model_config_of', 'decoder_vocab_size', 'PretrainedVocab', 'PretrainedTokenizer', 'pretrained_name',
-           'hub_reachable', 'load_pretrained', 'check_pretrained']
+           'hub_reachable', 'check_generation_ids', 'check_weight_files', 'load_pretrained', 'check_pretrained']
 
 # %% ../nbs/21_hub.ipynb #f7b8f6de
 def marian_order(d_model: int) -> Tensor:
@@ -306,13 +308,20 @@ To share it on the Hub, log in (`hf auth login`) and run, with your name:
 DATA = {"multi30k": "Multi30k", "pairs": "sentence pairs given in Python"}  # by corpus name
 
 
+def _file_name(path: object) -> str:
+    """A training file as a public card may name it: its name alone (no folder of the machine it
+    was on), in plain characters, as code: never a line break, `---`, Markdown or HTML."""
+    name = re.sub(r"[^\w.+-]", "_", PurePath(str(path)).name)[:80]
+    return f"`{name}`"
+
+
 def _data(ckpt: RunCheckpoint) -> str:
     "What the run trained on, in words: a corpus, or your own files by name."
     c = ckpt.config
     train = (ckpt.data or {}).get("train") if c.corpus == "files" else None
     files = train.get("files") if isinstance(train, dict) else None
     if isinstance(files, list):
-        return f"your own files ({', '.join(map(str, files))})"
+        return f"your own files ({', '.join(map(_file_name, files))})"
     return DATA.get(c.corpus, c.corpus)
 
 
@@ -536,15 +545,88 @@ def _check_loaded(loaded: dict, name: str) -> None:
             f"({wrong[0]}; {len(wrong)} in all)"
         )
 
+# %% ../nbs/21_hub.ipynb #d7232ca2
+ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+ID_FIELDS += ("forced_bos_token_id", "forced_eos_token_id")  # an id, or a list of ids
+ID_LISTS = ("bad_words_ids", "suppress_tokens", "begin_suppress_tokens")  # ids, or lists of ids
 
-def _banned(name: str, theirs) -> list[int]:
-    "The ids its generation settings ban on their own (OPUS-MT's: the padding token)."
+
+def _ids_of(value: object) -> list:
+    "Every id a field holds, flattened from lists of lists; what is not a list, as it is."
+    return [i for v in value for i in _ids_of(v)] if isinstance(value, list | tuple) else [value]
+
+# %% ../nbs/21_hub.ipynb #d7232ca3
+def check_generation_ids(settings, size: int, name: str) -> None:
+    "Refuse generation settings whose ids are not ids of the vocabulary: before any is used."
+    for field in (*ID_FIELDS, *ID_LISTS):
+        value = getattr(settings, field, None)
+        wrong = [i for i in _ids_of(value) if not (type(i) is int and 0 <= i < size)]
+        if value is not None and wrong:
+            raise ValueError(
+                f"hf:{name}: cannot load its generation_config.json ({field} holds "
+                f"{wrong[0]!r:.40}, not an id of its {size:,} tokens)"
+            )
+
+
+def _banned(name: str, theirs, size: int) -> list[int]:
+    "The ids its generation settings ban on their own (OPUS-MT's: the padding token), checked."
     from transformers import GenerationConfig
 
     settings = theirs.generation_config
     if (Path(name) / "generation_config.json").exists():  # transformers ignores a damaged one
         settings = _pretrained(name, GenerationConfig, False)
+    check_generation_ids(settings, size, name)
     return [ids[0] for ids in settings.bad_words_ids or [] if len(ids) == 1]
+
+# %% ../nbs/21_hub.ipynb #21b0e002
+import json
+import os
+import stat
+
+WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # what transformers reads, shards aside
+INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")  # name the shards
+
+
+def _plain_file(path: Path, limit: int) -> None:
+    "Refuse `path` unless it is a regular file of its own (no link, FIFO, device), <= `limit`."
+    info = os.lstat(path)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        raise ValueError(f"{path.name} is not a plain file of the folder")
+    if info.st_size > limit:
+        raise ValueError(f"{path.name} has {info.st_size:,} bytes, over the {limit:,} allowed")
+
+
+def _shards(index: Path) -> set[str]:
+    "The files an index names, each a plain name in its folder (never a path elsewhere)."
+    _plain_file(index, 2**24)
+    weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map")
+    names = set(weight_map.values()) if isinstance(weight_map, dict) else {None}
+    for name in names:
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise ValueError(f"{index.name} names {name!r:.60}, not a file of the folder")
+    return names
+
+# %% ../nbs/21_hub.ipynb #21b0e003
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "source.spm", "target.spm", "merges.txt")
+TOKENIZER_BYTES = 2**26  # a tokenizer's file: 64 MiB, far above a 64,000-piece vocabulary's
+
+
+def check_weight_files(folder: Path, max_parameters: int) -> None:
+    "Refuse, before transformers reads them, weights or tokenizer files not plain ones of `folder`."
+    names = {n for n in WEIGHTS if os.path.lexists(folder / n)}
+    for name in (n for n in TOKENIZER_FILES if os.path.lexists(folder / n)):
+        try:
+            _plain_file(folder / name, TOKENIZER_BYTES)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"hf:{folder}: cannot load its tokenizer ({error})") from None
+    try:
+        for index in (folder / n for n in INDEXES if os.path.lexists(folder / n)):
+            names |= _shards(index)
+        for name in names:
+            _plain_file(folder / name, 4 * max_parameters + 2**20)  # float32, and a header
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as error:
+        why = error.strerror if isinstance(error, OSError) else error
+        raise ValueError(f"hf:{folder}: cannot load its weights ({why})") from None
 
 # %% ../nbs/21_hub.ipynb #a37a54f2
 def load_pretrained(
@@ -560,13 +642,15 @@ def load_pretrained(
     online = not Path(name).is_dir() and hub_reachable()  # asked once: each probe may wait
     config = _pretrained(name, AutoConfig, online)
     m, tgt_size = _sizes(config, name, max_parameters)
+    if Path(name).is_dir():  # a Hub download's files are the Hub's own
+        check_weight_files(Path(name), max_parameters)
     loading = dict(config=config, ignore_mismatched_sizes=True, output_loading_info=True)
     theirs, loaded = _pretrained(name, AutoModelForSeq2SeqLM, online, **loading)
     _check_loaded(loaded, name)
     model = from_transformers(m.build(config.vocab_size, tgt_size), theirs.state_dict())
     model = use_activation(model, activation or config.activation_function).eval().to(device)
     tokenizer = _pretrained(name, AutoTokenizer, online)
-    never = _banned(name, theirs)
+    never = _banned(name, theirs, tgt_size)
     src_vocab = PretrainedVocab(tokenizer, config.vocab_size)
     tgt_vocab = PretrainedVocab(tokenizer, tgt_size, config.decoder_start_token_id, never)
     tokenizers = PretrainedTokenizer(tokenizer, True), PretrainedTokenizer(tokenizer, False)

@@ -18,7 +18,7 @@ from typing import TextIO
 from .checkpoint import load_checkpoint
 from .config import MAX_PARAMETERS, ChoiceError
 from .fast_decoding import Search, Translating
-from .translator import Translator
+from .translator import SentenceError, Translator
 from .trees import Delinearized, Treebank, delinearize, show_tree
 from .trees import treebank_words
 
@@ -64,8 +64,19 @@ def parse_stream(
     search: Search = PARSING,
     pretty: bool = False,  # each tree over several lines
 ) -> None:
-    "Parse and write chunk after chunk, each tree as soon as it is found."
+    """Parse and write chunk after chunk; a sentence refused stops it after the lines before it
+    are written, naming its input line."""
+    read = 0
     for chunk in inputs:
-        for parse in parser.parse(chunk, search):
+        refused = None
+        try:
+            parses = parser.parse(chunk, search)
+        except SentenceError as error:  # the lines before it are parsed and written first
+            refused, chunk = error, chunk[: error.index]
+            parses = parser.parse(chunk, search) if chunk else []
+        for parse in parses:
             out.write(("" if parse is None else show_tree(parse.tree, pretty)) + "\n")
             out.flush()
+        read += len(chunk)
+        if refused:
+            raise ValueError(f"stopped at input line {read + 1}: line {read + 1} {refused.reason}")

@@ -32,8 +32,8 @@ if TYPE_CHECKING:  # the figures chapter's: matplotlib is loaded only when maps 
     from annotated_transformer.figures import AttentionMaps
 
 # %% auto #0
-__all__ = ['Translator', 'SentenceError', 'source_tokens', 'check_compilable', 'Evaluation', 'evaluate', 'input_lines', 'chunks',
-           'ctrl_c_held', 'output_lines', 'translate_stream']
+__all__ = ['MAX_LINE_BYTES', 'Translator', 'SentenceError', 'source_tokens', 'check_compilable', 'Evaluation', 'evaluate',
+           'input_lines', 'chunks', 'ctrl_c_held', 'output_lines', 'translate_stream']
 
 # %% ../nbs/19_translator.ipynb #3c52f7eb
 @dataclass
@@ -268,23 +268,46 @@ import itertools
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO, TextIO
 
+MAX_LINE_BYTES = 2**20  # far above a sentence the model can read: refused before tokenizing
+
+
+def _decoded(line: bytes | str, number: int, name: str) -> str:
+    "One line's text: a too long one, or one that is not UTF-8, refused naming its number."
+    line = line.rstrip(b"\r\n" if isinstance(line, bytes) else "\r\n")
+    if len(line) > MAX_LINE_BYTES:
+        raise ValueError(f"{name}, line {number}: over {MAX_LINE_BYTES:,} bytes, not a sentence")
+    try:
+        line = line.decode("utf-8") if isinstance(line, bytes) else line
+    except UnicodeDecodeError as e:
+        at = f"byte {e.object[e.start]:#04x} at position {e.start + 1}"
+        raise ValueError(f"{name}, line {number}: {at} is not UTF-8 text") from None
+    return line.removeprefix("\ufeff") if number == 1 else line  # a byte order mark is not text
+
 
 def input_lines(stream: BinaryIO | TextIO, name: str = "standard input") -> Iterator[str]:
-    "A stream's lines (blank ones too) as they arrive, decoded one by one: an error names its line."
-    for number, line in enumerate(getattr(stream, "buffer", stream), start=1):  # bytes if it can
-        if isinstance(line, bytes):
-            try:
-                line = line.decode("utf-8")
-            except UnicodeDecodeError as e:
-                at = f"byte {e.object[e.start]:#04x} at position {e.start + 1}"
-                raise ValueError(f"{name}, line {number}: {at} is not UTF-8 text") from None
-        yield line.rstrip("\r\n")
+    "A stream's lines (blank ones too) as they arrive, each read at most MAX_LINE_BYTES + 1 long."
+    readline = getattr(stream, "buffer", stream).readline  # bytes if it can
+    for number in itertools.count(1):
+        if not (line := readline(MAX_LINE_BYTES + 1)):
+            return
+        yield _decoded(line, number, name)
 
-
+# %% ../nbs/19_translator.ipynb #23b2f2fd
 def chunks(lines: Iterable[str], size: int | None) -> Iterator[list[str]]:
-    "`lines` in lists of `size` (None: one list), each as soon as it is complete; none for none."
-    lines = iter(lines)
-    while chunk := list(itertools.islice(lines, size)):
+    """`lines` in lists of `size` (None: one list), each as soon as it is complete; none for none.
+    A line refused (ValueError) ends them, the lines before it first, so that they are written."""
+    chunk = []
+    try:
+        for line in lines:
+            chunk.append(line)
+            if len(chunk) == size:
+                yield chunk
+                chunk = []
+    except ValueError:
+        if chunk:
+            yield chunk
+        raise
+    if chunk:
         yield chunk
 
 # %% ../nbs/19_translator.ipynb #6b9d109f

@@ -138,12 +138,14 @@ def test_standard_input_without_a_sentence_prints_a_line_for_each_line_read(
 def test_a_line_that_is_not_utf8_is_named_by_its_number_in_the_whole_input(
     tiny_checkpoint: Path,
 ) -> None:
-    "The chunks before it are printed; the line counts from the start of the input, not its chunk."
+    """Every line before it is printed, its own chunk's too (round four: those were lost); the line
+    counts from the start of the input, not its chunk."""
     stdin = f"{SENTENCES[0]}\n\n{SENTENCES[1]}\n".encode() + b"Ein \xff Hund.\n"
     done = cli("translate", "--checkpoint", str(tiny_checkpoint), "--buffer-size", "2", stdin=stdin)
     assert done.returncode == 1
     first = translate(tiny_checkpoint, SENTENCES[0]).stdout.strip()
-    assert done.stdout.decode().split("\n") == [first, "", ""]
+    third = translate(tiny_checkpoint, SENTENCES[1]).stdout.strip()
+    assert done.stdout.decode().split("\n") == [first, "", third, ""]
     assert one_error_line(done.stderr.decode(), "translate").endswith(
         "standard input, line 4: byte 0xff at position 5 is not UTF-8 text"
     )

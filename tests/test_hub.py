@@ -462,3 +462,24 @@ def test_what_cannot_be_loaded_is_refused_in_one_line(
     for argv, message in failures:
         assert message in refused(argv, 1, capsys), argv
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_card_names_training_files_safely_and_every_file_is_readable(exports) -> None:
+    """Round four: the card copied training file names raw (absolute paths, line breaks, `---`,
+    HTML), and model.safetensors was written 0600 beside files of 0644."""
+    from dataclasses import replace as changed
+
+    from annotated_transformer.checkpoint import load_checkpoint
+    from annotated_transformer.hub import model_card
+
+    last, folder = exports("post-norm, tied")
+    card = (folder / "README.md").read_text()
+    assert "your own files (`train.src`, `train.tgt`)" in card
+    ckpt = load_checkpoint(last)
+    files = ["/home/someone/private/train.de", "evil\n---\n<script>alert(1)</script>.en"]
+    data = {**ckpt.data, "train": {**ckpt.data["train"], "files": files}}
+    card = model_card(changed(ckpt, data=data), "m")
+    assert "/home/someone" not in card and "<script>" not in card
+    assert card.count("\n---\n") == 1 and card.startswith("---\n")  # the front matter, whole
+    modes = {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()}
+    assert len(set(modes.values())) == 1, modes  # model.safetensors as readable as the rest

@@ -243,3 +243,13 @@ def test_parse_stops_quietly_when_its_reader_does(run):
     )
     assert leaves(done.stdout.strip()) == SENTENCES[0].split()
     assert done.stderr.strip() == "parse: 0", done.stderr  # no traceback, no error line
+
+
+def test_a_refused_line_stops_parse_after_the_lines_before_it(run, capsys, monkeypatch):
+    "Round four: a 10,000-word line 150 was called 'sentence 49' and 49 good lines were lost."
+    lines = ["The cat sat ."] * 149 + ["cat " * 10_000] + ["The dog ran ."] * 3
+    monkeypatch.setattr(sys, "stdin", io.StringIO("".join(line + "\n" for line in lines)))
+    assert main(["parse", "--checkpoint", str(run / "last.pt"), "--buffer-size", "100"]) == 1
+    out, err = capsys.readouterr()
+    assert out.count("\n") == 149
+    assert "stopped at input line 150: line 150 has 10000 tokens" in err

@@ -1,8 +1,10 @@
 """Model folders of others for `--checkpoint hf:FOLDER`: whatever damage makes transformers raise
 (a configuration of the wrong type or size, weights that do not fit it, a truncated or missing
 weights file, a pickle, a damaged tokenizer or generation settings, a model's own code) is refused
-in one line naming the part, before a weight is used; nothing of a pickle runs; a folder that
-loads writes nothing to standard error when it is not a terminal (no load report, no bar)."""
+in one line naming the part, before a weight is used; an index that names weights outside the
+folder, or a link, FIFO or device, is refused before transformers reads it; nothing of a pickle
+runs; a folder that loads writes nothing to standard error when it is not a terminal (no load
+report, no bar)."""
 
 from __future__ import annotations
 
@@ -86,6 +88,22 @@ def pickled(folder: Path) -> None:
         pickle.dump(Payload(folder.parent / "RAN"), f)
 
 
+def indexed(shard: str, make=None):
+    """A damage: the weights moved out of the folder, and an index that names `shard` for every
+    tensor (`make(path)` puts something at the shard's path in the folder first)."""
+
+    def damage(folder: Path) -> None:
+        (folder.parent / "other").mkdir(exist_ok=True)
+        keys = list(load_file(folder / "model.safetensors"))
+        os.replace(folder / "model.safetensors", folder.parent / "other" / "model.safetensors")
+        if make:
+            make(folder / shard)
+        index = {"metadata": {}, "weight_map": dict.fromkeys(keys, shard)}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+
+    return damage
+
+
 def drop(key: str):
     "A change of the weights: `key` removed."
     return lambda tensors: tensors.pop(key)
@@ -111,6 +129,32 @@ CASES = [  # (name, damage, what the line says)
     ("weights /dev/zero", replaced_by(lambda p: p.symlink_to("/dev/zero")), "its weights"),
     ("weights a FIFO", replaced_by(os.mkfifo), "cannot load its weights"),
     ("weights a pickle", pickled, "holds more than tensors; nothing of it was run"),
+    (  # round four: an index may name files only inside the folder, plain ones
+        "index names ../",
+        indexed("../other/model.safetensors"),
+        "names '../other/model.safetensors', not a file of the folder",
+    ),
+    (
+        "bans the id 10**9",
+        write("generation_config.json", json.dumps({"bad_words_ids": [[10**9]]})),
+        "cannot load its generation_config.json (bad_words_ids holds 1000000000",
+    ),
+    (
+        "bans a string",
+        write("generation_config.json", json.dumps({"bad_words_ids": [["x"]]})),
+        "cannot load its generation_config.json (bad_words_ids holds 'x'",
+    ),
+    (
+        "a tokenizer file of 65 MiB",
+        write("vocab.json", " " * (2**26 + 2**20)),
+        "cannot load its tokenizer (vocab.json has 68,157,440 bytes, over the 67,108,864",
+    ),
+    ("index names /dev/zero", indexed("/dev/zero"), "names '/dev/zero', not a file of the folder"),
+    (
+        "index names a link",
+        indexed("shard.safetensors", lambda p: p.symlink_to(p.parent.parent / "other" / "x")),
+        "shard.safetensors is not a plain file of the folder",
+    ),
     ("source.spm damaged", write("source.spm", "garbage"), "cannot load its tokenizer"),
     ("vocab.json damaged", write("vocab.json", "[1,2"), "cannot load its tokenizer"),
     (

@@ -208,3 +208,48 @@ def test_a_folder_given_as_a_file_is_called_a_folder(tiny_checkpoint, tmp_path, 
     }[flag]  # fmt: skip
     line = refused(args, 2, capsys)  # names the flag and the folder, and says it is one
     assert f"{flag} {folder}" in line and "a folder, not a " in line
+
+
+# ------------------------------------------------------------------------ round four: input lines
+def bytes_stdin(monkeypatch, data: bytes) -> None:
+    "Standard input holding `data`, bytes under its text layer as a real one has."
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+
+
+def test_a_line_that_is_not_utf8_stops_after_the_lines_before_it(
+    tiny_checkpoint, monkeypatch, capsys
+):
+    "Round four: four good lines, then an invalid byte, wrote nothing; now the four, then one line."
+    bytes_stdin(monkeypatch, b"Ein Mann.\n" * 4 + b"Ein \xff Hund\nEin Hund.\n")
+    assert main(["translate", "--checkpoint", str(tiny_checkpoint)]) == 1
+    out, err = capsys.readouterr()
+    assert out.count("\n") == 4
+    assert "standard input, line 5: byte 0xff at position 5 is not UTF-8 text" in err
+
+
+def test_a_huge_line_is_refused_before_it_is_tokenized(tiny_checkpoint, monkeypatch, capsys):
+    "Round four: a line of 300 MB aborted in the tokenizer (std::bad_alloc); it is read 1 MiB far."
+    from annotated_transformer.translator import MAX_LINE_BYTES
+
+    bytes_stdin(monkeypatch, b"Ein Mann.\n" + b"\0" * (3 * MAX_LINE_BYTES) + b"\nEin Hund.\n")
+    argv = ["translate", "--checkpoint", str(tiny_checkpoint), "--buffer-size", "1"]
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    assert out.count("\n") == 1
+    assert f"standard input, line 2: over {MAX_LINE_BYTES:,} bytes, not a sentence" in err
+
+
+def test_a_byte_order_mark_is_not_text(tiny_checkpoint, monkeypatch, capsys, tmp_path):
+    "Round four: a BOM was kept as text (a reference identical but for it scored 99.71)."
+    bytes_stdin(monkeypatch, "\ufeffEin Mann sieht einen Ball.\n".encode())
+    assert main(["translate", "--checkpoint", str(tiny_checkpoint)]) == 0
+    with_mark = capsys.readouterr().out
+    assert (
+        main(["translate", "--checkpoint", str(tiny_checkpoint), "Ein Mann sieht einen Ball."]) == 0
+    )
+    assert with_mark == capsys.readouterr().out
+    ref = tmp_path / "ref.en"
+    ref.write_text("\ufeffA man sees a ball.\nA dog.\n", encoding="utf-8")
+    from annotated_transformer.data import read_lines
+
+    assert read_lines(ref) == ["A man sees a ball.", "A dog."]

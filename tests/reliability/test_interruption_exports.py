@@ -135,3 +135,35 @@ class _locked:
 
     def __exit__(self, *exc):
         os.close(self.fd)
+
+
+def appearing_while_writing(monkeypatch: pytest.MonkeyPatch, out: Path, name: str) -> None:
+    "A user's file `name` put in `out` (made if missing) while export writes its folder."
+    from annotated_transformer import engines
+
+    write = engines._write_folder
+
+    def and_meanwhile(*args, **kwargs):
+        write(*args, **kwargs)
+        out.mkdir(exist_ok=True)
+        (out / name).write_text("mine")
+
+    monkeypatch.setattr(engines, "_write_folder", and_meanwhile)
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["new folder", "--overwrite"])
+def test_a_folder_or_file_that_appears_while_export_runs_is_kept(
+    ckpt, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, overwrite: bool
+) -> None:
+    "Round four: export deleted a folder made at --out while it ran, or a file added to it."
+    from annotated_transformer.config import ChoiceError
+
+    out = tmp_path / "m"
+    if overwrite:
+        export_model(ckpt, out)  # the export --overwrite replaces
+    appearing_while_writing(monkeypatch, out, "notes.txt")
+    with pytest.raises(ChoiceError, match="notes.txt" if overwrite else "exists"):
+        export_model(ckpt, out, overwrite=overwrite)
+    assert (out / "notes.txt").read_text() == "mine"
+    assert is_exported(out) == overwrite  # the earlier export, whole, where there was one
+    assert [p.name for p in tmp_path.iterdir()] == ["m"]  # nothing of this export left
