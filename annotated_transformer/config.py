@@ -35,7 +35,8 @@ from .recurrent import ARCHS, RecurrentConfig
 __all__ = ['PRESETS', 'MAX_PARAMETERS', 'PRECISION_NAMES', 'MAX_CONFIG_BYTES', 'MAX_CONFIG_LINE', 'MAX_CONFIG_DEPTH',
            'MAX_CONFIG_KEYS', 'DEFAULT_VOCAB_SIZE', 'preset', 'run_model', 'model_config', 'arch_of', 'ChoiceError',
            'setting', 'check_setting', 'check_settings', 'TrainConfig', 'check_device', 'RuntimeOptions',
-           'read_config_file', 'setting_like', 'Choices', 'choose_model', 'check_resume', 'resolve_config']
+           'check_compiler', 'read_config_file', 'setting_like', 'Choices', 'choose_model', 'check_resume',
+           'resolve_config']
 
 # %% ../nbs/10_config.ipynb #7711eef2
 PRESETS = MappingProxyType(
@@ -300,6 +301,56 @@ class RuntimeOptions:
 
     def __post_init__(self):
         check_settings(self)
+
+# %% ../nbs/10_config.ipynb #10c0d002
+import getpass
+import os
+import shutil
+import subprocess
+import tempfile
+
+
+def _compiler() -> str | None:
+    "The C++ compiler inductor would use: $CXX, else the first of g++, clang++, c++ found."
+    names = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "clang++", "c++"]
+    return next((path for path in map(shutil.which, names) if path), None)
+
+
+def _inductor_cache() -> Path:
+    "The folder inductor writes its compiled code to: $TORCHINDUCTOR_CACHE_DIR, or its default."
+    default = Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"
+    return Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default)
+
+# %% ../nbs/10_config.ipynb #10c0d003
+@functools.cache  # once a process: the probe builds a program
+def _cannot_build(cxx: str, cache: Path) -> str | None:
+    "Why inductor could not build with `cxx` into `cache`, in a few words; None if it can."
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "probe.cpp").write_text("int main() { return 0; }\n")
+        try:
+            done = subprocess.run(
+                [cxx, "probe.cpp", "-o", "probe"], cwd=tmp, capture_output=True, timeout=120
+            )
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return f"the C++ compiler {cxx} does not run ({error})"
+    if done.returncode:
+        return f"the C++ compiler {cxx} does not build a program (exit {done.returncode})"
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=cache).close()
+    except OSError as error:
+        return f"cannot write the compiler's cache {cache} ({error.strerror}); set " + (
+            "TORCHINDUCTOR_CACHE_DIR to a folder you can write"
+        )
+    return None
+
+
+def check_compiler(flag: str = "--compile") -> None:
+    "Refuse `flag` in one line where inductor cannot build C++: no working compiler, no cache."
+    if (cxx := _compiler()) is None:
+        raise ChoiceError(f"{flag} needs a C++ compiler (g++, clang++ or $CXX); none found")
+    if why := _cannot_build(cxx, _inductor_cache()):
+        raise ChoiceError(f"{flag}: {why}")
 
 # %% ../nbs/10_config.ipynb #2d16e198
 MAX_CONFIG_BYTES = 1_000_000  # a config file's size: its few dozen settings need about 2 KB

@@ -39,7 +39,7 @@ from .batching import Batch
 from .checkpoint import ResumeState, RunCheckpoint, load_checkpoint
 from .checkpoint import rng_state, set_rng_state
 from .config import MAX_PARAMETERS, ChoiceError, Choices, RuntimeOptions
-from .config import TrainConfig, check_resume, resolve_config
+from .config import TrainConfig, check_compiler, check_resume, resolve_config
 from .data import CORPORA, Corpus, EncodedPairs, InMemory, Log, ParallelFiles
 from annotated_transformer.data import (
     Vocab,
@@ -921,7 +921,10 @@ def start_run(
 # %% ../nbs/20_pipeline.ipynb #ddc935f0
 @contextmanager
 def _runtime(options: RuntimeOptions) -> Iterator[tuple[DistributedSetup, RuntimeOptions]]:
-    "`start_runtime`'s place in the group and resolved options; the group left at the end."
+    """`start_runtime`'s place in the group and resolved options; the group left at the end. A
+    compile that could not build is refused first, before anything is read or written."""
+    if options.compile:
+        check_compiler()
     try:
         yield start_runtime(options)
     finally:

@@ -9,8 +9,6 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/translator.h
 # %% ../nbs/19_translator.ipynb #6e4b8f9f
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,6 +20,7 @@ from tqdm import tqdm
 
 from .checkpoint import RunCheckpoint, load_checkpoint
 from .config import MAX_PARAMETERS, ChoiceError, TrainConfig, arch_of
+from .config import check_compiler
 from .data import Vocab, read_lines
 from .fast_decoding import GREEDY, Scored, Search, Translating, run_strategy
 from .model import EncoderDecoder, count_parameters
@@ -116,9 +115,7 @@ def check_compilable(model: nn.Module) -> None:
     "Refuse `compile` in one line where it cannot run: not a Transformer, or no C++ compiler."
     if not isinstance(model, EncoderDecoder):
         raise ChoiceError(f"--compile compiles a Transformer's decoder, not {type(model).__name__}")
-    compilers = (os.environ.get("CXX"), "g++", "clang++", "c++")
-    if not any(shutil.which(c) for c in compilers if c):  # inductor writes C++ for the CPU
-        raise ChoiceError("--compile needs a C++ compiler (g++, clang++ or $CXX); none found")
+    check_compiler()  # inductor writes C++ for the CPU: a compiler that works, a cache it writes
 
 
 def _nbest(

@@ -172,3 +172,29 @@ def test_ctranslate2_refuses_compile(tiny_checkpoint: Path, tmp_path: Path) -> N
     with pytest.raises(ChoiceError, match="CTranslate2's is compiled already"):
         engine.translate(["Ein Hund."], Search(compile=True))
     assert os.path.isdir(folder)
+
+
+@pytest.mark.parametrize(
+    "env, says",
+    [
+        ({"CXX": "/bin/false"}, "the C++ compiler /bin/false does not build a program (exit 1)"),
+        ({"TORCHINDUCTOR_CACHE_DIR": "/proc"}, "cannot write the compiler's cache /proc ("),
+    ],
+    ids=["a compiler that fails", "a cache it cannot write"],
+)
+def test_compile_that_cannot_build_is_one_line_before_any_work(
+    tiny_checkpoint: Path, synthetic_corpus: Path, tmp_path: Path, env: dict, says: str
+) -> None:
+    "Round four: both ended in inductor's 'internal error'; train and translate refuse at once."
+    from clitools import cli, environment, one_error_line
+
+    run = tmp_path / "run"
+    commands = {
+        "translate": ["--checkpoint", str(tiny_checkpoint), "--compile", "Ein Hund."],
+        "train": ["--out", str(run), "--data-dir", str(synthetic_corpus), "--compile", "--quiet"],
+    }
+    for command, argv in commands.items():
+        done = cli(command, *argv, env={**environment(), **env})
+        assert done.returncode == 2, done.stderr
+        assert says in one_error_line(done.stderr, command)
+    assert not run.exists()  # refused before the run's folder was made
