@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import zipfile
+import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import astuple, dataclass
@@ -28,13 +30,13 @@ if TYPE_CHECKING:
     from nltk import Tree
 
 # %% auto #0
-__all__ = ['TREEBANK_DIR_ENV', 'SPLIT_FILES', 'XX', 'OTHER', 'OPEN', 'CLOSE', 'SLOT', 'END', 'DELETED_TAGS', 'DELETED_LABELS',
-           'EQUIVALENT', 'CUTOFF_LEN', 'Bracket', 'BRACKET_WORDS', 'nltk_tree', 'read_trees', 'is_preterminal',
-           'plain_label', 'clean', 'treebank_texts', 'split_trees', 'linearize', 'Delinearized', 'delinearize',
-           'TreeState', 'token_kind', 'TreeTokens', 'TreeGrammar', 'evalb_label', 'brackets', 'BracketScore',
-           'sentence_score', 'length', 'ParseScores', 'evalb', 'SpaceTokenizer', 'treebank_words', 'sentence_pair',
-           'Treebank', 'right_branching', 'tags', 'with_tags', 'show_tree', 'ParsingScores', 'score_parses',
-           'right_branching_scores']
+__all__ = ['MAX_DEPTH', 'TREEBANK_DIR_ENV', 'MRG_BYTES', 'TREEBANK_BYTES', 'ZIP_ERRORS', 'SPLIT_FILES', 'XX', 'OTHER', 'OPEN',
+           'CLOSE', 'SLOT', 'END', 'DELETED_TAGS', 'DELETED_LABELS', 'EQUIVALENT', 'CUTOFF_LEN', 'Bracket',
+           'BRACKET_WORDS', 'nltk_tree', 'read_trees', 'is_preterminal', 'plain_label', 'clean', 'treebank_texts',
+           'split_trees', 'linearize', 'Delinearized', 'delinearize', 'TreeState', 'token_kind', 'TreeTokens',
+           'TreeGrammar', 'evalb_label', 'brackets', 'BracketScore', 'sentence_score', 'length', 'ParseScores', 'evalb',
+           'SpaceTokenizer', 'treebank_words', 'sentence_pair', 'Treebank', 'right_branching', 'tags', 'with_tags',
+           'show_tree', 'ParsingScores', 'score_parses', 'right_branching_scores']
 
 # %% ../nbs/11_trees.ipynb #ce69dd45
 def nltk_tree() -> type[Tree]:
@@ -47,22 +49,49 @@ def nltk_tree() -> type[Tree]:
         ) from None
     return Tree
 
+# %% ../nbs/11_trees.ipynb #ce69dd46
+MAX_DEPTH = 200  # brackets within brackets: the treebank's deepest trees have a few dozen
 
+
+def _misplaced_word(tree: Tree) -> str | None:
+    "A word that is not the one child of a part-of-speech node (the treebank's only kind), or None."
+    for node in tree.subtrees():
+        words = [child for child in node if isinstance(child, str)]
+        if words and len(node) != 1:
+            return words[0]
+    return None
+
+
+def _one_tree(text: str, source: str) -> Tree:
+    "One bracketed tree, without the treebank's unlabelled wrapper; a malformed one refused."
+    try:
+        tree = nltk_tree().fromstring(text)
+    except ValueError as error:
+        raise ValueError(f"{source}: not a tree ({' '.join(str(error).split())[:80]})") from None
+    if tree.label() == "":  # the wrapper: gone, or TOP if it holds several
+        tree = tree[0] if len(tree) == 1 else type(tree)("TOP", list(tree))
+    if isinstance(tree, str) or (word := _misplaced_word(tree)) is not None:
+        word = tree if isinstance(tree, str) else word
+        raise ValueError(f"{source}: the word {word!r:.40} stands outside a labelled bracket")
+    return tree
+
+# %% ../nbs/11_trees.ipynb #ce69dd47
 def read_trees(text: str, source: str = "the text") -> list[Tree]:
-    "Every tree of a bracketed file, in order, each without the treebank's unlabelled wrapper."
-    Tree, trees, depth, start = nltk_tree(), [], 0, 0
+    "Every tree of a bracketed file, in order: one-line errors naming the file and where."
+    trees, depth, start = [], 0, 0
     for i, ch in enumerate(text):
         if ch == "(":
             start, depth = (i if depth == 0 else start), depth + 1
+            if depth > MAX_DEPTH:
+                raise ValueError(
+                    f"{source}: brackets nested over {MAX_DEPTH} deep (character {i + 1})"
+                )
         elif ch == ")":
             depth -= 1
             if depth < 0:
                 raise ValueError(f"{source}: a ')' closes nothing (character {i + 1})")
             if depth == 0:
-                tree = Tree.fromstring(text[start : i + 1])
-                if tree.label() == "":  # the wrapper: gone, or TOP if it holds several
-                    tree = tree[0] if len(tree) == 1 else type(tree)("TOP", list(tree))
-                trees.append(tree)
+                trees.append(_one_tree(text[start : i + 1], source))
     if depth:
         raise ValueError(f"{source}: {depth} bracket(s) left open at the end")
     return trees
@@ -90,13 +119,53 @@ def clean(tree: Tree) -> Tree | None:
 # %% ../nbs/11_trees.ipynb #11b5a51a
 TREEBANK_DIR_ENV = "TREEBANK_DIR"  # names a folder holding the treebank (or its treebank.zip)
 _MRG = re.compile(r"wsj_(\d{4})\.mrg")
+MRG_BYTES = 2**24  # one .mrg file, decompressed: 16 MiB (the sample's largest has under 100 KB)
+TREEBANK_BYTES = 2**28  # all of them: 256 MiB
+
+
+def _text(data: bytes, source: str) -> str:
+    "A file's text: refused in one line if over MRG_BYTES or not UTF-8 (the treebank is ASCII)."
+    if len(data) > MRG_BYTES:
+        raise ValueError(f"{source}: over {MRG_BYTES:,} bytes, not a treebank file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{source}: not text (byte {error.start + 1} is not UTF-8)") from None
+
+
+def _bounded(sizes: list[int], source: str) -> None:
+    "Refuse files whose declared sizes add up to more than TREEBANK_BYTES, before reading them."
+    if sum(sizes) > TREEBANK_BYTES:
+        raise ValueError(f"{source}: {sum(sizes):,} bytes of .mrg files, over {TREEBANK_BYTES:,}")
+
+# %% ../nbs/11_trees.ipynb #11b5a51b
+ZIP_ERRORS = (zipfile.BadZipFile, NotImplementedError, RuntimeError, EOFError, zlib.error)
 
 
 def _texts_in_zip(path: Path) -> dict[int, str]:
-    "The .mrg files of a zipped treebank package, by file number."
-    with zipfile.ZipFile(path) as package:
-        names = {n: _MRG.fullmatch(Path(n).name) for n in package.namelist()}
-        return {int(m[1]): package.read(n).decode() for n, m in names.items() if m}
+    """The .mrg files of a zipped treebank package, by file number: each bounded before it is
+    inflated (a zip bomb stops at the limit), a damaged archive refused in one line."""
+    try:
+        with zipfile.ZipFile(_plain_file(path)) as package:
+            members = [
+                (m, i) for i in package.infolist() if (m := _MRG.fullmatch(Path(i.filename).name))
+            ]
+            _bounded([info.file_size for _, info in members], str(path))
+            texts = {}
+            for m, info in members:
+                with package.open(info) as member:  # at most one byte past the limit
+                    texts[int(m[1])] = _text(member.read(MRG_BYTES + 1), f"{path}:{info.filename}")
+            return texts
+    except ZIP_ERRORS as error:
+        why = " ".join(str(error).split())[:80] or type(error).__name__
+        raise ValueError(f"{path}: a damaged zip archive ({why})") from None
+
+# %% ../nbs/11_trees.ipynb #11b5a51c
+def _plain_file(path: Path) -> Path:
+    "`path`, if it is a regular file: a FIFO, device or link named like a treebank file refused."
+    if not stat.S_ISREG(os.lstat(path).st_mode):
+        raise ValueError(f"{path}: not a plain file (a link, FIFO or device), refusing to read it")
+    return path
 
 
 def _texts_at(place: Path) -> dict[int, str]:
@@ -108,7 +177,8 @@ def _texts_at(place: Path) -> dict[int, str]:
             int(m[1]): f for f in sorted(folder.glob("wsj_*.mrg")) if (m := _MRG.fullmatch(f.name))
         }
         if files:
-            return {number: f.read_text() for number, f in files.items()}
+            _bounded([os.lstat(_plain_file(f)).st_size for f in files.values()], str(folder))
+            return {n: _text(f.read_bytes(), str(f)) for n, f in files.items()}
     zipped = place / "treebank.zip"
     return _texts_in_zip(zipped) if zipped.is_file() else {}
 
@@ -423,8 +493,10 @@ BRACKET_WORDS = {"(": "-LRB-", ")": "-RRB-", "{": "-LCB-", "}": "-RCB-"}  # as t
 
 
 def treebank_words(sentence: str) -> list[str]:
-    "A tokenized sentence's words as the treebank writes them: brackets as -LRB-, -RRB-, ..."
-    return [BRACKET_WORDS.get(word, word) for word in sentence.split()]
+    """A tokenized sentence's words as the treebank writes them: brackets as -LRB-, -RRB-, ...,
+    those inside a word too (`f(x)`), so that a tree over them reads back as a tree."""
+    escape = lambda word: word.replace("(", "-LRB-").replace(")", "-RRB-")  # noqa: E731
+    return [BRACKET_WORDS.get(word) or escape(word) for word in sentence.split()]
 
 
 def sentence_pair(tree: Tree) -> tuple[str, str]:
