@@ -711,7 +711,8 @@ def scrolling_boxes(page) -> list[dict]:
         """boxes => boxes.filter(b => b.scrollWidth > b.clientWidth + 1).map(b => ({
             labelled: b.classList.contains("book-scrolls")
                 && getComputedStyle(b, "::before").content.includes("scroll"),
-            images: [...b.querySelectorAll("img")].map(i => [i.naturalWidth, i.clientHeight]),
+            images: b.matches(".jp-OutputArea-output")  // a table's badges are not figures
+                ? [...b.querySelectorAll("img")].map(i => [i.naturalWidth, i.clientHeight]) : [],
         }))"""
     )
 
