@@ -33,7 +33,7 @@ from .translation import Tokenizer
 
 # %% auto #0
 __all__ = ['OLD_COUNT_NAMES', 'CHECKPOINT_FORMAT', 'REQUIRED', 'RESUMING', 'MAX_EPOCHS', 'MAX_PROCESSES', 'BYTES_PER_PARAMETER',
-           'OTHER_BYTES', 'train_state_from_dict', 'ResumeState', 'RunCheckpoint', 'save_checkpoint',
+           'OTHER_BYTES', 'train_state_from_dict', 'ResumeState', 'RunCheckpoint', 'write_failure', 'save_checkpoint',
            'torch_load_safely', 'load_checkpoint', 'rng_state', 'set_rng_state', 'average_checkpoints', 'average_last']
 
 # %% ../nbs/14_checkpoint.ipynb #9e8110b6
@@ -487,6 +487,29 @@ def _check_model(ckpt: RunCheckpoint, source: str, max_parameters: int) -> None:
     if ckpt.resume is not None:
         _check_resume(ckpt.resume, model, ckpt.config, source)
 
+# %% ../nbs/14_checkpoint.ipynb #5bb78158
+import errno
+import shutil
+
+try:
+    import resource  # a file-size limit: Unix only
+except ImportError:
+    resource = None
+
+
+def write_failure(error: BaseException, path: Path, written: int) -> OSError | None:
+    """A full disk or a file-size limit behind a failed write of `path` (`written` bytes in), said
+    in one line naming the file; None if it was something else."""
+    number = getattr(error, "errno", None)
+    stopped = isinstance(error, RuntimeError)  # torch.save's stream, which hides the errno
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0] if resource else -1
+    if number == errno.EFBIG or (stopped and limit >= 0 and written >= limit):
+        return OSError(f"file too large writing {path} (a size limit of {limit:,} bytes)")
+    free = shutil.disk_usage(path.parent).free
+    if number in (errno.ENOSPC, errno.EDQUOT) or (stopped and free < 2**20):
+        return OSError(f"no space left on device writing {path} ({free / 2**20:,.1f} MB free)")
+    return None
+
 # %% ../nbs/14_checkpoint.ipynb #5bb78159
 def save_checkpoint(path: str | Path, ckpt: RunCheckpoint) -> None:
     "Write `ckpt` to `path` atomically: a failed write leaves the old file intact."
@@ -502,6 +525,11 @@ def save_checkpoint(path: str | Path, ckpt: RunCheckpoint) -> None:
             f.flush()
             os.fsync(f.fileno())  # on the disk before it takes the old file's place
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as error:  # a full disk or a size limit: said so, naming it
+        written = tmp.stat().st_size if tmp.exists() else 0
+        if (failure := write_failure(error, path, written)) is not None:
+            raise failure from None
+        raise
     finally:
         tmp.unlink(missing_ok=True)  # only left if the write failed
 

@@ -160,3 +160,33 @@ def test_resume_bounds_the_checkpoint_by_max_parameters(diverged, synthetic_corp
     assert err.count("\n") == 1 and "Traceback" not in err and "internal error" not in err, err
     assert str(out / "last.pt") in err and "--max-parameters" in err
     assert load_checkpoint(out / "last.pt").epoch == 1
+
+
+def test_a_file_size_limit_is_one_line_naming_the_checkpoint(synthetic_corpus: Path, tmp_path):
+    """Round four: under `ulimit -f`, train ended in an internal error from torch.save ('unexpected
+    pos ...'); it names the file and the limit."""
+    import resource
+    import subprocess
+    import sys
+
+    from clitools import environment
+
+    limit = 300_000  # bytes: the run's small files fit, a checkpoint does not
+    argv = [
+        sys.executable,
+        "-m",
+        "annotated_transformer.cli",
+        *train_argv(tmp_path / "run", synthetic_corpus),
+    ]
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        env=environment(),
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)),
+        timeout=600,
+    )
+    assert done.returncode == 1, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if "error:" in line]  # warnings aside
+    assert "file too large writing" in line and f"(a size limit of {limit:,} bytes)" in line, line
+    assert ".pt" in line
