@@ -251,6 +251,14 @@ def save_epoch(out_dir: Path, ckpt: RunCheckpoint, keep_epochs: int) -> None:
         (out_dir / old).unlink(missing_ok=True)
         write_marker(out_dir, [n for n in listed if n != old])
 
+# %% ../nbs/15_runs.ipynb #8e65391d
+def _restore_epoch_file(path: Path, ckpt: RunCheckpoint) -> bool:
+    "Write `ckpt`'s weights to the epoch file `path` if it is missing; whether it was."
+    if path.exists() or path.is_symlink():
+        return False
+    save_checkpoint(path, ckpt.weights_only())
+    return True
+
 # %% ../nbs/15_runs.ipynb #8e65391e
 @dataclass
 class RunFolder:
@@ -260,7 +268,11 @@ class RunFolder:
     replaced: list[str] = field(default_factory=list)  # an old run's files: go at the first save
     cleaned: int = 0  # temporary files left by an interrupted write, removed when claimed
     kept: list[str] = field(default_factory=list)  # other files --overwrite leaves alone
-    saved: bool = False  # whether this run has written a checkpoint yet
+
+    @property
+    def saved(self) -> bool:
+        "Has this run written a checkpoint yet? (A first save cut off by a full disk has not.)"
+        return not self.replaced and (self.path / "last.pt").exists()
 
     def save_epoch(self, ckpt: RunCheckpoint, keep_epochs: int) -> None:
         "Write the epoch's checkpoints and history (the old run goes first, if one is replaced)."
@@ -269,28 +281,36 @@ class RunFolder:
             (self.path / name).unlink(missing_ok=True)
         if self.replaced:
             write_marker(self.path, [])  # forgotten only once they are gone
-        self.replaced, self.saved = [], True
+        self.replaced = []
         save_epoch(self.path, ckpt, keep_epochs)
 
     def restore_epoch_file(self, ckpt: RunCheckpoint) -> bool:
         "Write epoch{k}.pt from last.pt if a kill came between the two; whether it was missing."
-        path = self.path / epoch_file(ckpt.epoch)
-        if path.exists() or path.is_symlink():
-            return False
-        save_checkpoint(path, ckpt.weights_only())
-        return True
+        return _restore_epoch_file(self.path / epoch_file(ckpt.epoch), ckpt)
 
 # %% ../nbs/15_runs.ipynb #c8243af6
 def _made_here(out_dir: Path) -> list[Path]:
-    "What a claim of `out_dir` will make: the folder and its .lock, those missing now."
-    return [p for p in (out_dir / ".lock", out_dir) if not (p.exists() or p.is_symlink())]
+    "What a claim of `out_dir` will make: its .lock, its marker, the folder, those missing now."
+    made = (out_dir / ".lock", out_dir / MARKER, out_dir)
+    return [p for p in made if not (p.exists() or p.is_symlink())]
 
 
 def _remove_made(made: list[Path]) -> None:
-    "Remove the .lock (and the folder, if empty) that a start which saved nothing made."
+    """Remove the .lock, the marker if none of its files is there, and the folder if empty, that a
+    start which saved nothing made: a new run stopped before its first checkpoint (a full disk)
+    leaves nothing behind."""
     for path in made:
+        if path.name == MARKER and any((path.parent / f).exists() for f in _listed(path.parent)):
+            continue  # it lists files that are there: they stay the run's
         with suppress(OSError):  # a folder that is not empty stays
             path.rmdir() if path.is_dir() else path.unlink()
+
+
+def _listed(out_dir: Path) -> list[str]:
+    "The files the marker of `out_dir` lists; none if it cannot be read."
+    with suppress(ValueError, OSError):
+        return read_marker(out_dir) or []
+    return []
 
 # %% ../nbs/15_runs.ipynb #535fdf7d
 @contextmanager

@@ -190,3 +190,7 @@ def test_a_file_size_limit_is_one_line_naming_the_checkpoint(synthetic_corpus: P
     [line] = [line for line in done.stderr.splitlines() if "error:" in line]  # warnings aside
     assert "file too large writing" in line and f"(a size limit of {limit:,} bytes)" in line, line
     assert ".pt" in line
+    run = tmp_path / "run"  # a new run that saved nothing leaves no lock and no marker behind
+    assert not run.exists() or not {".lock", "annotated-transformer-run.json"} & {
+        p.name for p in run.iterdir()
+    }, sorted(p.name for p in run.iterdir())
