@@ -599,12 +599,13 @@ def _plain_file(path: Path, limit: int) -> None:
 def _shards(index: Path) -> set[str]:
     "The files an index names, each a plain name in its folder (never a path elsewhere)."
     _plain_file(index, 2**24)
-    weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map")
-    names = set(weight_map.values()) if isinstance(weight_map, dict) else {None}
+    data = json.loads(index.read_text(encoding="utf-8"))
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    names = list(weight_map.values()) if isinstance(weight_map, dict) else [None]
     for name in names:
         if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
             raise ValueError(f"{index.name} names {name!r:.60}, not a file of the folder")
-    return names
+    return set(names)
 
 # %% ../nbs/21_hub.ipynb #21b0e003
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "source.spm", "target.spm", "merges.txt")

@@ -149,6 +149,11 @@ CASES = [  # (name, damage, what the line says)
         write("vocab.json", " " * (2**26 + 2**20)),
         "cannot load its tokenizer (vocab.json has 68,157,440 bytes, over the 67,108,864",
     ),
+    (
+        "index a list, not a table",
+        lambda folder: (folder / "model.safetensors.index.json").write_text("[1, 2]"),
+        "model.safetensors.index.json names None, not a file of the folder",
+    ),
     ("index names /dev/zero", indexed("/dev/zero"), "names '/dev/zero', not a file of the folder"),
     (
         "index names a link",
