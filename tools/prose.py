@@ -231,34 +231,28 @@ def _flat(text: str) -> str:
     return re.sub(r"\s+", " ", text)
 
 
+def _quoted(nb_path: Path, pattern: re.Pattern) -> list[str]:
+    "What our prose puts in quotes (`pattern`'s first or second group), flattened, outside code."
+    found = []
+    for cell in cells(nb_path):
+        if cell["cell_type"] == "markdown":
+            text = re.sub(r"`[^`]*`", " ", our_prose(source(cell)))
+            found += [_flat(m[1] or m[2]).strip(" .,;:") for m in pattern.finditer(text)]
+    return found
+
+
 def missing_quotes(nb_path: Path) -> list[str]:
     "The sentences our prose quotes (as a model's output is quoted) that the page does not show."
-    page, missing = _flat(page_text(nb_path)), []
-    for cell in cells(nb_path):
-        if cell["cell_type"] != "markdown":
-            continue
-        text = re.sub(r"`[^`]*`", " ", our_prose(source(cell)))
-        for match in QUOTED.finditer(text):
-            quote = _flat(match[1] or match[2]).strip(" .,;:")
-            if len(quote.split()) >= 3 and quote not in page:
-                missing.append(quote)
-    return missing
+    page = _flat(page_text(nb_path))
+    return [q for q in _quoted(nb_path, QUOTED) if len(q.split()) >= 3 and q not in page]
 
 
 def missing_tokens(nb_path: Path) -> list[str]:
     """The words our prose quotes from the page (a token of a translation, a sentence's word) that
     the page does not show: quoted, each word must be among the outputs, code or quotes."""
-    words = set(re.findall(r"[^\W_]+|[^\w\s]", _flat(page_text(nb_path))))
-    missing = []
-    for cell in cells(nb_path):
-        if cell["cell_type"] != "markdown":
-            continue
-        text = re.sub(r"`[^`]*`", " ", our_prose(source(cell)))
-        for match in TOKEN.finditer(text):
-            quote = _flat(match[1] or match[2]).strip(" .,;:")
-            if quote and not set(re.findall(r"[^\W_]+|[^\w\s]", quote)) <= words:
-                missing.append(quote)
-    return missing
+    tokens = lambda text: set(re.findall(r"[^\W_]+|[^\w\s]", text))  # noqa: E731
+    words = tokens(_flat(page_text(nb_path)))
+    return [q for q in _quoted(nb_path, TOKEN) if q and not tokens(q) <= words]
 
 
 def prose_matches(nb_path: Path, pattern: re.Pattern) -> list[str]:
