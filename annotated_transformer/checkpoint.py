@@ -33,8 +33,9 @@ from .translation import Tokenizer
 
 # %% auto #0
 __all__ = ['OLD_COUNT_NAMES', 'CHECKPOINT_FORMAT', 'REQUIRED', 'RESUMING', 'MAX_EPOCHS', 'MAX_PROCESSES', 'BYTES_PER_PARAMETER',
-           'OTHER_BYTES', 'train_state_from_dict', 'ResumeState', 'RunCheckpoint', 'write_failure', 'save_checkpoint',
-           'torch_load_safely', 'load_checkpoint', 'rng_state', 'set_rng_state', 'average_checkpoints', 'average_last']
+           'OTHER_BYTES', 'train_state_from_dict', 'ResumeState', 'RunCheckpoint', 'check_free_space',
+           'check_size_limit', 'check_room', 'write_failure', 'tensor_bytes', 'save_checkpoint', 'torch_load_safely',
+           'load_checkpoint', 'rng_state', 'set_rng_state', 'average_checkpoints', 'average_last']
 
 # %% ../nbs/14_checkpoint.ipynb #9e8110b6
 OLD_COUNT_NAMES = {"step": "batches", "accum_step": "optimizer_steps"}  # version 0.1's names
@@ -497,18 +498,77 @@ except ImportError:
     resource = None
 
 
-def write_failure(error: BaseException, path: Path, written: int) -> OSError | None:
-    """A full disk or a file-size limit behind a failed write of `path` (`written` bytes in), said
-    in one line naming the file; None if it was something else."""
-    number = getattr(error, "errno", None)
-    stopped = isinstance(error, RuntimeError)  # torch.save's stream, which hides the errno
+def _megabytes(size: int) -> str:
+    return f"{size / 2**20:,.1f} MB"
+
+
+def _room(path: Path) -> tuple[int, int]:
+    "(bytes free on `path`'s disk, the file-size limit or -1 for none); `path` need not exist."
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:  # the disk it will be made on
+        folder = folder.parent
     limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0] if resource else -1
-    if number == errno.EFBIG or (stopped and limit >= 0 and written >= limit):
+    return shutil.disk_usage(folder).free, limit
+
+# %% ../nbs/14_checkpoint.ipynb #8e445c8f
+def check_free_space(path: Path, needed: int) -> None:
+    "Refuse, before the work starts, `needed` bytes at `path` that its disk has no room for."
+    free, _ = _room(path)
+    if free < needed:
+        raise OSError(
+            f"no space left on device for {path} ({_megabytes(needed)} needed, "
+            f"{_megabytes(free)} free)"
+        )
+
+
+def check_size_limit(path: Path, size: int) -> None:
+    "Refuse, before the work starts, a file of `size` bytes over the file-size limit (ulimit -f)."
+    _, limit = _room(path)
+    if 0 <= limit < size:
+        raise OSError(
+            f"file too large for {path} (a size limit of {limit:,} bytes, {size:,} needed)"
+        )
+
+
+def check_room(path: Path, size: int) -> None:
+    "Refuse, before the work starts, a file of `size` bytes at `path` that cannot be written."
+    check_free_space(path, size)
+    check_size_limit(path, size)
+
+# %% ../nbs/14_checkpoint.ipynb #adcfee1b
+def write_failure(
+    error: BaseException, path: Path, written: int, needed: int | None = None
+) -> OSError | None:
+    """A full disk or a file-size limit behind a failed write of `path` (`written` bytes in, of
+    about `needed` if known), in one line naming the file; None if it was something else."""
+    rust = re.search(r"\(os error (\d+)\)", str(error))  # safetensors' error: an io::Error's text
+    number = getattr(error, "errno", None) or (int(rust[1]) if rust else None)
+    hidden = not isinstance(error, OSError)  # torch.save's, safetensors' errors hide the errno
+    free, limit = _room(path)
+    if number == errno.EFBIG or (hidden and 0 <= limit <= written):
         return OSError(f"file too large writing {path} (a size limit of {limit:,} bytes)")
-    free = shutil.disk_usage(path.parent).free
-    if number in (errno.ENOSPC, errno.EDQUOT) or (stopped and free < 2**20):
-        return OSError(f"no space left on device writing {path} ({free / 2**20:,.1f} MB free)")
+    if number in (errno.ENOSPC, errno.EDQUOT) or (hidden and free < 2**20):
+        need = "" if needed is None else f"{_megabytes(needed)} needed, "
+        return OSError(f"no space left on device writing {path} ({need}{_megabytes(free)} free)")
     return None
+
+# %% ../nbs/14_checkpoint.ipynb #bf32337e
+def tensor_bytes(data: object) -> int:
+    """The bytes of the tensors in nested dicts, lists and tuples, each storage once (tied weights
+    are saved once): about what `torch.save` writes."""
+    storages = {}
+
+    def visit(item: object) -> None:
+        if isinstance(item, Tensor):
+            storage = item.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+        for inner in item.values() if isinstance(item, dict) else ():
+            visit(inner)
+        for inner in item if isinstance(item, (list, tuple)) else ():
+            visit(inner)
+
+    visit(data)
+    return sum(storages.values())
 
 # %% ../nbs/14_checkpoint.ipynb #5bb78159
 def save_checkpoint(path: str | Path, ckpt: RunCheckpoint) -> None:
@@ -518,16 +578,16 @@ def save_checkpoint(path: str | Path, ckpt: RunCheckpoint) -> None:
     # a temporary name of its own ("x": never an existing file), so two writers never write into
     # one file; unlike mkstemp's private files it gets the umask's permissions, as a checkpoint
     # file should
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp, stored = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp"), ckpt.to_dict()
     try:
         with open(tmp, "xb") as f:
-            torch.save(ckpt.to_dict(), f)
+            torch.save(stored, f)
             f.flush()
             os.fsync(f.fileno())  # on the disk before it takes the old file's place
         os.replace(tmp, path)
     except (OSError, RuntimeError) as error:  # a full disk or a size limit: said so, naming it
         written = tmp.stat().st_size if tmp.exists() else 0
-        if (failure := write_failure(error, path, written)) is not None:
+        if (failure := write_failure(error, path, written, tensor_bytes(stored))) is not None:
             raise failure from None
         raise
     finally:

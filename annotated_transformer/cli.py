@@ -1,11 +1,10 @@
 """The console command `annotated-transformer`: train, evaluate, translate, export and parse.
-Hand-written, it parses and calls the library. Most flags are fields of the records they set
-(`Choices`, `TrainConfig`, `RuntimeOptions`, `Search`), with their help, defaults and checks: a new
-option is a field. Here is only what a command line knows: its own flags (files, folders), standard
-input read as it arrives, output files never overwritten, and errors in one line (`--debug`: the
+Hand-written, it parses and calls the library; most flags are fields of the records they set
+(`Choices`, `TrainConfig`, `RuntimeOptions`, `Search`), with their help, defaults and checks. Here
+is only what a command line knows: its own flags (files, folders), stdin read as it arrives, output
+files never overwritten, OpenMP's short spin (chapter 16), and errors in one line (`--debug`: the
 traceback) with an exit status: 0 done, 2 a usage error, 1 a failure the library reports, 130
-interrupted (out of memory: the flag that needs less named; anything unexpected: an "internal error"
-line)."""
+interrupted (out of memory: the flag that needs less named; else an "internal error" line)."""
 
 from __future__ import annotations
 
@@ -20,10 +19,12 @@ import sys
 import typing
 import warnings
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
+if not {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ):  # yours kept; read as torch loads
+    os.environ["GOMP_SPINCOUNT"] = "10000"  # spin briefly, then sleep: chapter 16's table
 from annotated_transformer import __version__
 from annotated_transformer.config import ChoiceError, Choices, RuntimeOptions, TrainConfig
 from annotated_transformer.config import check_setting
@@ -35,7 +36,8 @@ from annotated_transformer.fast_decoding import Search, Translating
 from annotated_transformer.hub import pretrained_name
 from annotated_transformer.parsing import PARSING, Parser, parse_stream
 from annotated_transformer.pipeline import resolve_run_config, run_corpus, train
-from annotated_transformer.translator import chunks, evaluate, input_lines, translate_stream
+from annotated_transformer.translator import chunks, evaluate, input_lines, open_output
+from annotated_transformer.translator import translate_stream
 
 EXAMPLES = """\
 annotated-transformer train --out runs/multi30k                  # Multi30k German->English, words
@@ -127,7 +129,7 @@ OWN_FLAGS = [  # the command line's own flags, which no record holds: (commands,
     ("evaluate", "--split", str, "a split of the checkpoint's corpus (default: its test split)"),
     ("evaluate", "--src", Path, "your own source sentences, one a line; needs --ref"),
     ("evaluate", "--ref", Path, "their reference translations, line by line"),
-    ("evaluate translate", "--output", Path, "write the translations to this file (a new one)"),
+    ("evaluate translate parse", "--output", Path, "write the output to this file (a new one)"),
     ("evaluate", "--json", bool, "print sacreBLEU's fields and the settings, as JSON"),
     ("translate parse", "--buffer-size", int, "stdin's lines N at a time (default 100)"),
     ("parse", "--pretty", bool, "draw each tree over several lines (default: one line each)"),
@@ -141,6 +143,7 @@ REQUIRED, DEFAULTS = ("--out", "--checkpoint"), {"buffer_size": 100}
 TOGETHER = (OWN_DATA, ("src", "ref"))  # all of a group or none
 APART = (("train_src", "data_dir"), ("src", "split"))  # not both: your own data, or a corpus's
 INPUTS, OUTPUTS = ("config", *OWN_DATA, "src", "ref"), ("output",)  # files to read, to write
+RUNTIME_FLAGS = {"evaluate": {"device", "progress"}, "translate": {"device"}, "parse": {"device"}}
 NOT_READ = {"no such file": "no such file", "a folder": "a folder, not a file"}  # by not_a_file
 
 
@@ -208,7 +211,7 @@ def _evaluate(args: argparse.Namespace) -> None:
         sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     result = evaluate(translator, sources, references, search, name, args.progress is not False)
     if args.output is not None:
-        with open(args.output, "x", encoding="utf-8") as f:  # "x": not over a file made meanwhile
+        with open_output(args.output) as f:  # a new file: not over one made meanwhile
             f.writelines(translator.detokenize(tokens) + "\n" for tokens in result.hypotheses)
     result = result.loaded_from(args.checkpoint, args.average_last)
     print(json.dumps(result.to_dict()) if args.json else result)
@@ -293,8 +296,7 @@ def _translate(args: argparse.Namespace) -> None:
         from annotated_transformer.figures import attention_layer  # seaborn: only when asked
 
         layer = attention_layer(translator.model, args.layer, "--layer")
-    output = open(args.output, "x", encoding="utf-8") if args.output else nullcontext(sys.stdout)
-    with _quiet_if_closed(), output as out:  # "x": never over an existing file
+    with _quiet_if_closed(), open_output(args.output) as out:
         if args.attention:  # `first` holds every sentence
             return _save_attention(translator, first, layer, args, out)
         nbest = args.nbest is not None
@@ -306,9 +308,9 @@ def _parse(args: argparse.Namespace) -> None:
     _check_sentences(args)
     stdin = chunks(input_lines(sys.stdin), args.buffer_size)  # read only if no sentences given
     parser = Parser.from_checkpoint(args.checkpoint, args.device, _max_parameters(args))
-    with _quiet_if_closed():
+    with _quiet_if_closed(), open_output(args.output) as out:
         parse_stream(
-            parser, [args.sentences] if args.sentences else stdin, sys.stdout, search, args.pretty
+            parser, [args.sentences] if args.sentences else stdin, out, search, args.pretty
         )
 
 
@@ -338,10 +340,8 @@ def parser() -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=about, description=about, epilog=epilog, formatter_class=raw)
         c.set_defaults(run=run)
         own_flags(c, name)
-        runtime = {"evaluate": {"device", "progress"}, "translate": {"device"}, "parse": {"device"}}
-        runtime = runtime.get(name, set())
         if name != "train":  # --quiet for evaluate; train has all of RuntimeOptions
-            field_flags(c, RuntimeOptions, only=runtime | {"max_parameters"})
+            field_flags(c, RuntimeOptions, only=RUNTIME_FLAGS.get(name, set()) | {"max_parameters"})
         for record in records:
             field_flags(c, record, skip={"nbest"} if name in ("evaluate", "parse") else ())
         if name in ("translate", "parse"):

@@ -13,7 +13,7 @@ import json
 import math
 import tempfile
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,7 +22,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .checkpoint import RunCheckpoint, load_checkpoint
+from .checkpoint import RunCheckpoint, check_free_space, check_size_limit
+from .checkpoint import load_checkpoint, tensor_bytes, write_failure
 from .config import ChoiceError, TrainConfig, arch_of
 from .data import Vocab, word_tokenizers
 from .decoding import length_penalty
@@ -37,15 +38,15 @@ if TYPE_CHECKING:  # imported on first use: loading the package needs neither
 # %% auto #0
 __all__ = ['CT2_POSITIONS', 'TINY_PENALTY', 'CT2_STRATEGIES', 'QUANTIZATIONS', 'INFO_FILE', 'SUBWORD_FILE', 'VOCABULARY_FILES',
            'EXPORT_FILES', 'TRANSFORMERS_FILES', 'ONNX_FILES', 'FORMATS', 'ALL_EXPORT_FILES', 'README', 'WORD_SNIPPET',
-           'SUBWORD_SNIPPET', 'VOCABULARY_BYTES', 'INFO_FIELDS', 'CT2_CONFIG', 'SUBWORD_BYTES', 'MODEL_BINARY_VERSION',
-           'ITEM_BYTES', 'MAX_VARIABLES', 'ENGINES', 'ONNX_QUANTIZATIONS', 'GRAPHS', 'AXES', 'ONNX_README',
-           'ONNX_BYTES', 'ONNX_IDS', 'ONNX_SIZES', 'import_ctranslate2', 'NotExportable', 'check_exportable',
-           'check_format', 'to_spec', 'search_options', 'export_format', 'is_exported', 'open_plain', 'read_json',
-           'recover_export', 'exported_files', 'check_out', 'readme', 'bad_token', 'export_model', 'Export',
-           'check_export', 'export_checkpoint', 'ExportedModel', 'model_shapes', 'ExportedTranslator', 'engine_of',
-           'check_loading', 'load_translator', 'import_onnxruntime', 'check_onnx_exportable', 'EncoderGraph',
-           'DecoderGraph', 'example_inputs', 'write_graph', 'quantize', 'onnx_settings', 'onnx_readme', 'write_onnx',
-           'OnnxModel']
+           'SUBWORD_SNIPPET', 'VOCABULARY_BYTES', 'EXPORT_BYTES', 'WEIGHT_FILES', 'INFO_FIELDS', 'CT2_CONFIG',
+           'SUBWORD_BYTES', 'MODEL_BINARY_VERSION', 'ITEM_BYTES', 'MAX_VARIABLES', 'ENGINES', 'ONNX_QUANTIZATIONS',
+           'GRAPHS', 'AXES', 'ONNX_README', 'ONNX_BYTES', 'ONNX_IDS', 'ONNX_SIZES', 'import_ctranslate2',
+           'NotExportable', 'check_exportable', 'check_format', 'to_spec', 'search_options', 'export_format',
+           'is_exported', 'open_plain', 'read_json', 'recover_export', 'exported_files', 'check_out', 'readme',
+           'bad_token', 'export_model', 'Export', 'check_export', 'export_checkpoint', 'export_bytes', 'ExportedModel',
+           'model_shapes', 'ExportedTranslator', 'engine_of', 'check_loading', 'load_translator', 'import_onnxruntime',
+           'check_onnx_exportable', 'EncoderGraph', 'DecoderGraph', 'example_inputs', 'write_graph', 'quantize',
+           'onnx_settings', 'onnx_readme', 'write_onnx', 'OnnxModel']
 
 # %% ../nbs/22_engines.ipynb #2f042131
 def import_ctranslate2():
@@ -552,14 +553,15 @@ def export_model(
     else:
         check_exportable(ckpt.config)
     out = Path(out)
-    _check_tokens(ckpt, out)
+    _check_writable(ckpt, out, quantization, format)
     check_out(out, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex}.tmp")  # beside it: renamed at the end
     try:
         tmp.mkdir()
         with _held(tmp):  # not debris to another export's `recover_export`
-            _write_folder(tmp, ckpt, quantization, out.name, format)
+            with _naming_failures(tmp, out, ckpt, quantization, format):
+                _write_folder(tmp, ckpt, quantization, out.name, format)
             _replace(tmp, out, overwrite)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # still there only if something failed
@@ -606,6 +608,48 @@ def _check_tokens(ckpt: RunCheckpoint, out: Path) -> None:
                 f"{out} not written: the checkpoint's {side} vocabulary has token {i} "
                 f"{vocab.itos[i]!r:.40}, not text UTF-8 can write"
             )
+
+# %% ../nbs/22_engines.ipynb #f7b2c631
+EXPORT_BYTES = {"float32": 4, "int8": 1, "int8_float32": 1}  # a weight's bytes as stored
+WEIGHT_FILES = dict(ctranslate2="model.bin", transformers="model.safetensors", onnx="decoder.onnx")
+
+
+def export_bytes(ckpt: RunCheckpoint, quantization: str, format: str) -> int:
+    """The least an export of `ckpt` writes: each (float32) weight once as stored, and the table of
+    sinusoids (float32): once in CTranslate2's model, in each stack in the others'."""
+    m = ckpt.config.model
+    table = 4 * m.max_len * m.d_model if m.positions == "sinusoidal" else 0
+    tables = 1 if format == "ctranslate2" else 2
+    return tensor_bytes(ckpt.model) // 4 * EXPORT_BYTES[quantization] + tables * table
+
+
+def _check_writable(ckpt: RunCheckpoint, out: Path, quantization: str, format: str) -> None:
+    "Refuse, before writing, tokens JSON cannot hold, and a disk or size limit with no room."
+    _check_tokens(ckpt, out)
+    needed = export_bytes(ckpt, quantization, format)
+    largest = needed // 2 if format == "onnx" else needed  # ONNX: two graphs, the larger half
+    check_free_space(out, needed)  # the folder
+    check_size_limit(out / WEIGHT_FILES[format], largest)  # its largest file
+
+# %% ../nbs/22_engines.ipynb #0a6dfade
+@contextmanager
+def _naming_failures(
+    tmp: Path, out: Path, ckpt: RunCheckpoint, quantization: str, format: str
+) -> Iterator[None]:
+    """A full disk or size limit met while writing `tmp`, in one line naming the file as in `out`:
+    the newest there, or the weights' if a writer that hides the errno (safetensors) removed it."""
+    try:
+        yield
+    except Exception as error:
+        files = sorted(
+            (p for p in tmp.iterdir() if p.is_file()), key=lambda p: p.stat().st_mtime_ns
+        )
+        name = files[-1].name if files and isinstance(error, OSError) else WEIGHT_FILES[format]
+        needed = export_bytes(ckpt, quantization, format)
+        written = (tmp / name).stat().st_size if (tmp / name).exists() else 0
+        if (failure := write_failure(error, out / name, written, needed)) is not None:
+            raise failure from None
+        raise
 
 # %% ../nbs/22_engines.ipynb #2bdecd8c
 def _write_ctranslate2(

@@ -260,9 +260,22 @@ def save_transformers(
         raise RuntimeError(f"transformers' model has weights ours has not: {missing}")
     unk = [[ckpt.tgt_vocab.unk]]  # as our searches: never <unk>, greedy
     model.generation_config = GenerationConfig(**SPECIAL_IDS, num_beams=1, bad_words_ids=unk)
-    model.save_pretrained(folder)
+    _save_quietly(model, folder)
     fast_tokenizer(ckpt.tokenizer.model, m.max_len).save_pretrained(folder)
     (folder / "README.md").write_text(model_card(ckpt, name), encoding="utf-8")
+
+# %% ../nbs/21_hub.ipynb #ffd30434
+def _save_quietly(model: nn.Module, folder: Path) -> None:
+    "transformers' `save_pretrained`, without its progress bar over the one file export writes."
+    from transformers.utils import logging
+
+    shown = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        model.save_pretrained(folder)
+    finally:
+        if shown:
+            logging.enable_progress_bar()
 
 # %% ../nbs/21_hub.ipynb #df7519e2
 CARD = """---

@@ -37,7 +37,12 @@ __all__ = ['FOLDER', 'VAL_EXTRA', 'FIGURES', 'EpochOptions', 'train_epoch', 'Fus
 # %% ../nbs/20_pipeline.ipynb #aed88503
 from .batching import Batch
 from .checkpoint import ResumeState, RunCheckpoint, load_checkpoint
-from .checkpoint import rng_state, set_rng_state
+from annotated_transformer.checkpoint import (
+    BYTES_PER_PARAMETER,
+    check_room,
+    rng_state,
+    set_rng_state,
+)
 from .config import MAX_PARAMETERS, ChoiceError, Choices, RuntimeOptions
 from .config import TrainConfig, check_compiler, check_resume, resolve_config
 from .data import CORPORA, Corpus, EncodedPairs, InMemory, Log, ParallelFiles
@@ -916,6 +921,8 @@ def start_run(
         f"{len(data.tgt_vocab):,}; {count_parameters(learner.model) / 1e6:.1f}M parameters on "
         f"{setup.process.device}{processes}{mixed}"
     )
+    if setup.process.is_main:  # no room for last.pt (a disk, a size limit): said before training
+        check_room(last, BYTES_PER_PARAMETER * count_parameters(learner.model))
     return data, learner
 
 # %% ../nbs/20_pipeline.ipynb #ddc935f0

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from .checkpoint import RunCheckpoint, load_checkpoint
+from .checkpoint import RunCheckpoint, load_checkpoint, write_failure
 from .config import MAX_PARAMETERS, ChoiceError, TrainConfig, arch_of
 from .config import check_compiler
 from .data import Vocab, read_lines
@@ -32,7 +32,8 @@ if TYPE_CHECKING:  # the figures chapter's: matplotlib is loaded only when maps 
 
 # %% auto #0
 __all__ = ['MAX_LINE_BYTES', 'Translator', 'SentenceError', 'source_tokens', 'check_compilable', 'Evaluation', 'evaluate',
-           'input_lines', 'chunks', 'ctrl_c_held', 'output_lines', 'translate_stream']
+           'input_lines', 'chunks', 'ctrl_c_held', 'output_lines', 'translate_stream', 'write_lines', 'new_file',
+           'LineFile', 'open_output']
 
 # %% ../nbs/19_translator.ipynb #3c52f7eb
 @dataclass
@@ -251,7 +252,8 @@ def evaluate(
     try:
         hypotheses = translator.translate(src, search, progress)
     except SentenceError as error:
-        raise ValueError(f"{name}, line {error.index + 1}: {error.reason}") from None
+        where = sources if isinstance(sources, Path) else name  # a file: named whole
+        raise ValueError(f"{where}, line {error.index + 1}: {error.reason}") from None
     c, s = translator.config, search
     settings = dict(data=name, sentences=len(src), checkpoint=None)
     settings |= dict(arch=arch_of(c.model) if c else None, parameters=translator.parameters)
@@ -366,3 +368,70 @@ def translate_stream(
                 raise ValueError(f"stopped at {at}: line {read + 1} {refused.reason}")
     except KeyboardInterrupt:
         raise KeyboardInterrupt(f"interrupted after writing {lines(written)}") from None
+
+# %% ../nbs/19_translator.ipynb #9ae38a07
+import os
+
+
+def write_lines(fd: int, data: bytes, path: Path, lines: int) -> int:
+    """Write `data`, whole lines, at the end of the open file `fd` (`path`, `lines` lines so far);
+    the lines it has now. A write the disk stops is cut back to its last whole line, and said."""
+    start, done, view = os.lseek(fd, 0, os.SEEK_CUR), 0, memoryview(data)
+    try:
+        while done < len(data):  # the system may write a part, then refuse the rest
+            done += os.write(fd, view[done:])
+    except OSError as error:
+        whole = data.rfind(b"\n", 0, done) + 1  # 0: none of these lines is whole
+        os.ftruncate(fd, start + whole)
+        lines += data.count(b"\n", 0, whole)
+        said = write_failure(error, path, start + done) or f"{error.strerror} writing {path}"
+        raise OSError(f"{said}; it keeps its first {lines} lines") from None
+    return lines + data.count(b"\n")
+
+
+def new_file(path: Path) -> int:
+    "A new file, open for writing: never one that exists, even one made while the command ran."
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        raise FileExistsError(f"{path} exists: it is never overwritten") from None
+
+# %% ../nbs/19_translator.ipynb #6b21c17b
+class LineFile:
+    "A new file, written in whole lines at each `flush`: `write_lines` keeps them whole."
+
+    def __init__(self, path: str | Path):
+        self.path, self.pending, self.lines = Path(path), [], 0  # lines: whole ones, written
+        self.fd = new_file(self.path)
+
+    def write(self, text: str) -> int:
+        self.pending.append(text)
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        self.pending.extend(lines)
+
+    def flush(self) -> None:
+        data, self.pending = "".join(self.pending).encode("utf-8"), []
+        self.lines = write_lines(self.fd, data, self.path, self.lines)
+
+    def close(self) -> None:
+        try:
+            self.flush()  # what was written since the last flush
+        finally:
+            os.close(self.fd)
+
+    def __enter__(self) -> LineFile:
+        return self
+
+    def __exit__(self, *stopped) -> None:
+        self.close()
+
+# %% ../nbs/19_translator.ipynb #2ad713d6
+import sys
+from contextlib import nullcontext
+
+
+def open_output(path: Path | None) -> LineFile | nullcontext:
+    "The output a command writes: a new file `path`, kept in whole lines, or standard output."
+    return LineFile(path) if path is not None else nullcontext(sys.stdout)

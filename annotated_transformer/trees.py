@@ -138,6 +138,14 @@ def _bounded(sizes: list[int], source: str) -> None:
     if sum(sizes) > TREEBANK_BYTES:
         raise ValueError(f"{source}: {sum(sizes):,} bytes of .mrg files, over {TREEBANK_BYTES:,}")
 
+
+def _one_each(names: list[str], source: str) -> None:
+    "Refuse two .mrg files of one number (a zip may hold both, in two folders): which is it?"
+    seen = {}
+    for name in names:
+        if (first := seen.setdefault(Path(name).name, name)) != name:
+            raise ValueError(f"{source}: holds {Path(name).name} twice, {first} and {name}")
+
 # %% ../nbs/11_trees.ipynb #11b5a51b
 ZIP_ERRORS = (zipfile.BadZipFile, NotImplementedError, RuntimeError, EOFError, zlib.error)
 
@@ -151,6 +159,7 @@ def _texts_in_zip(path: Path) -> dict[int, str]:
                 (m, i) for i in package.infolist() if (m := _MRG.fullmatch(Path(i.filename).name))
             ]
             _bounded([info.file_size for _, info in members], str(path))
+            _one_each([info.filename for _, info in members], str(path))  # never extracted
             texts = {}
             for m, info in members:
                 with package.open(info) as member:  # at most one byte past the limit

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from resource import RLIMIT_FSIZE, setrlimit
 from pathlib import Path
 
 import pytest
@@ -58,10 +59,15 @@ def environment() -> dict[str, str]:
 
 
 def cli(
-    *args: str, stdin: str | bytes | None = None, cwd: Path | None = None, env: dict | None = None
+    *args: str,
+    stdin: str | bytes | None = None,
+    cwd: Path | None = None,
+    env: dict | None = None,
+    size_limit: int | None = None,  # the file-size limit (`ulimit -f`) in bytes; None: as is
 ) -> subprocess.CompletedProcess:
     "`python -m annotated_transformer.cli ARGS` to the end; text in and out (bytes for bytes in)."
     text = not isinstance(stdin, bytes)
+    limit = (size_limit, size_limit)
     return subprocess.run(
         [sys.executable, "-m", "annotated_transformer.cli", *args],
         input=stdin,
@@ -71,6 +77,7 @@ def cli(
         cwd=cwd,
         env=env or environment(),
         timeout=600,
+        preexec_fn=None if size_limit is None else lambda: setrlimit(RLIMIT_FSIZE, limit),
     )
 
 

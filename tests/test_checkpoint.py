@@ -35,7 +35,7 @@ from annotated_transformer.checkpoint import (
     save_checkpoint,
     train_state_from_dict,
 )
-from annotated_transformer.config import RuntimeOptions, TrainConfig, run_model
+from annotated_transformer.config import RuntimeOptions, TrainConfig
 from annotated_transformer.data import SPECIALS, InMemory, Vocab
 from annotated_transformer.model import ModelConfig
 from annotated_transformer.pipeline import train

@@ -25,13 +25,15 @@ from __future__ import annotations
 import ast
 import dataclasses
 import io
+import subprocess
 import sys
 import typing
 from pathlib import Path
 
 import pytest
 import torch
-from clitools import TINY_RUN, cli, one_error_line, own_file_args, refused, refused_while_parsing
+from clitools import TINY_RUN, cli, environment, one_error_line, own_file_args, refused
+from clitools import refused_while_parsing
 
 import annotated_transformer.cli as command_line
 from annotated_transformer.checkpoint import load_checkpoint
@@ -614,4 +616,31 @@ def test_a_new_option_is_one_field(monkeypatch: pytest.MonkeyPatch, capsys) -> N
     line = refused_while_parsing(["translate", *REQUIRED["translate"], "--patience", "10"], capsys)
     assert line.endswith(
         "argument --patience: patience must be at least 1 and at most 9, got patience=10"
+    )
+
+
+@pytest.mark.parametrize(
+    "given, expected",
+    [({}, "10000"), ({"OMP_WAIT_POLICY": "PASSIVE"}, None), ({"GOMP_SPINCOUNT": "5"}, "5")],
+    ids=["unset", "a wait policy of the user's", "a spin count of the user's"],
+)
+def test_the_command_line_spins_briefly_unless_told_otherwise(given, expected):
+    """Round four, item 3: beside other work, OpenMP's default spinning made training and
+    translation many times slower (chapter 16's table); the command sets a short spin before
+    PyTorch loads, and keeps a setting of the user's."""
+    env = {k: v for k, v in environment().items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    code = (
+        "import os, sys\n"
+        "import annotated_transformer.cli\n"
+        "print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**env, **given}, capture_output=True, text=True
+    )
+    spin, policy = done.stdout.split()
+    assert (None if spin == "None" else spin) == expected, done.stderr
+    assert (None if policy == "None" else policy) == given.get("OMP_WAIT_POLICY")
+    source = Path(command_line.__file__).read_text()  # set before the package's imports
+    assert source.index('os.environ["GOMP_SPINCOUNT"]') < source.index(
+        "\nfrom annotated_transformer"
     )

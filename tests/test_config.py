@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import ast
-import json
 import math
 import re
 import typing

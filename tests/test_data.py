@@ -43,7 +43,6 @@ import threading
 import urllib.parse
 import urllib.request
 import warnings
-from collections import Counter
 from pathlib import Path
 
 import pytest

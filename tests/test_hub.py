@@ -48,10 +48,10 @@ from annotated_transformer import hub
 from annotated_transformer._chapters import opus_like_folder, sampled_pairs
 from annotated_transformer.checkpoint import RunCheckpoint, load_checkpoint, save_checkpoint
 from annotated_transformer.cli import main
-from annotated_transformer.engines import export_format, export_model
+from annotated_transformer.engines import export_format
 from annotated_transformer.fast_decoding import Search
 from annotated_transformer.hub import load_pretrained
-from annotated_transformer.model import ModelConfig, PositionwiseFeedForward, subsequent_mask
+from annotated_transformer.model import PositionwiseFeedForward, subsequent_mask
 from annotated_transformer.recurrent import RecurrentConfig
 from annotated_transformer.translator import Translator
 

@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 from synthetic import TINY_VOCAB as V
 from synthetic import assert_params_equal, params, tiny_model
-from torch import nn
 
 from annotated_transformer.batching import Batch, copy_task_batches
 from annotated_transformer.losses import LabelSmoothing, sequence_loss, smoothed_targets

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import random
 import shutil
 import subprocess
 import sys
@@ -253,3 +252,17 @@ def test_a_refused_line_stops_parse_after_the_lines_before_it(run, capsys, monke
     out, err = capsys.readouterr()
     assert out.count("\n") == 149
     assert "stopped at input line 150: line 150 has 10000 tokens" in err
+
+
+def test_parse_writes_its_trees_to_a_new_output_file(run, tmp_path, capsys):
+    "--output (round four): the trees that it prints, into a new file; never over one."
+    out = tmp_path / "trees.txt"
+    assert (
+        main(["parse", "--checkpoint", str(run / "last.pt"), "--output", str(out), *SENTENCES]) == 0
+    )
+    assert capsys.readouterr().out == ""
+    assert out.read_text().splitlines() == parse(run, *SENTENCES, capsys=capsys)
+    line = refused(
+        ["parse", "--checkpoint", str(run / "last.pt"), "--output", str(out), "man"], 2, capsys
+    )
+    assert line.endswith(f"--output {out} exists: it is never overwritten"), line

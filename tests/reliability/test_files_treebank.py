@@ -134,3 +134,33 @@ def test_bracket_words_are_written_as_the_treebank_does_and_read_back() -> None:
     Tree = trees.nltk_tree()
     tree = Tree("S", [Tree("XX", [w]) for w in words])
     assert read_trees(show_tree(tree))[0].leaves() == words
+
+
+# ---------------------------------------------------------------- round four, item 6: the probes
+def test_a_zip_holding_one_file_twice_is_refused_naming_both(tmp_path: Path) -> None:
+    "Round four: a second wsj_0001.mrg in another folder of the zip silently replaced the first."
+    path = zipped(
+        tmp_path / "treebank.zip",
+        {"treebank/combined/wsj_0001.mrg": TREE, "../../elsewhere/wsj_0001.mrg": TREE},
+    )
+    with pytest.raises(ValueError) as refused:
+        treebank_texts(path)
+    assert str(refused.value) == (
+        f"{path}: holds wsj_0001.mrg twice, treebank/combined/wsj_0001.mrg and "
+        "../../elsewhere/wsj_0001.mrg"
+    )
+
+
+def test_dot_dot_and_absolute_names_in_a_zip_are_read_never_extracted(tmp_path: Path) -> None:
+    "Members named ../ or / are read from the archive: nothing is written anywhere."
+    folder = tmp_path / "a" / "b"
+    folder.mkdir(parents=True)
+    path = zipped(folder / "treebank.zip", {"../../wsj_0001.mrg": TREE, "/abs/wsj_0002.mrg": TREE})
+    before = sorted(tmp_path.rglob("*"))
+    assert treebank_texts(path) == {1: TREE.decode(), 2: TREE.decode()}
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_a_nul_byte_in_a_word_is_part_of_the_word() -> None:
+    [tree] = read_trees("( (S (NN a\0b) (. .)) )", "wsj_0001.mrg")
+    assert tree.leaves() == ["a\0b", "."]

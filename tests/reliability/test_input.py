@@ -253,3 +253,36 @@ def test_a_byte_order_mark_is_not_text(tiny_checkpoint, monkeypatch, capsys, tmp
     from annotated_transformer.data import read_lines
 
     assert read_lines(ref) == ["A man sees a ball.", "A dog."]
+
+
+# ---------------------------------------------------------------- round four, item 6: the probes
+def test_evaluate_refuses_a_sentence_of_10000_words_naming_its_line(
+    tiny_checkpoint, tmp_path, capsys
+):
+    src = tmp_path / "src.de"
+    src.write_text("Ein Hund läuft.\n" + "Hund " * 10_000 + "\nEin Mann.\n")
+    argv = ["evaluate", "--checkpoint", str(tiny_checkpoint), "--src", str(src), "--ref", str(src)]
+    assert main(argv) == 1
+    line = one_error_line(capsys.readouterr().err, "evaluate")
+    assert f"--src {src}, line 2: has 10000 tokens, too long for this model" in line, line
+
+
+def test_nul_bytes_are_text_and_the_output_lines_up(tiny_checkpoint, monkeypatch, capsys):
+    "A NUL in a line is a character of a word, as any other: it neither ends the line nor stops."
+    bytes_stdin(monkeypatch, b"Ein\0Hund.\n\0\nEin Mann.\n")
+    assert main(["translate", "--checkpoint", str(tiny_checkpoint)]) == 0
+    out, err = capsys.readouterr()
+    assert out.count("\n") == 3 and err == ""
+
+
+def test_training_files_with_nul_bytes_train(own_corpus, tmp_path, capsys):
+    "NUL bytes in a training file are characters of its words: subwords learn them, training runs."
+    from clitools import TINY_RUN, own_file_args
+
+    lines = own_corpus["train_src"].read_text().splitlines()
+    lines[3] = "Ein\0Hund\0."
+    files = {**own_corpus, "train_src": tmp_path / "train.xa"}
+    files["train_src"].write_text("\n".join(lines) + "\n")
+    argv = ["train", "--out", str(tmp_path / "run"), *own_file_args(files), "--vocab-size", "400"]
+    assert main([*argv, *TINY_RUN, "--epochs", "1"]) == 0, capsys.readouterr().err
+    assert load_checkpoint(tmp_path / "run" / "last.pt").epoch == 1

@@ -167,3 +167,23 @@ def test_a_folder_or_file_that_appears_while_export_runs_is_kept(
     assert (out / "notes.txt").read_text() == "mine"
     assert is_exported(out) == overwrite  # the earlier export, whole, where there was one
     assert [p.name for p in tmp_path.iterdir()] == ["m"]  # nothing of this export left
+
+
+def test_two_exports_at_once_to_one_folder_leave_one_whole_model(ckpt, tmp_path: Path) -> None:
+    """Round four, item 6: two writers. Both start before either has written: one export lands,
+    the other is refused in one line (at its start or at its final rename), and neither leaves a
+    temporary folder behind."""
+    pytest.importorskip("ctranslate2")
+    save_checkpoint(tmp_path / "last.pt", ckpt)
+    out = tmp_path / "m"
+    argv = [sys.executable, "-m", "annotated_transformer.cli", "export"]
+    argv += ["--checkpoint", str(tmp_path / "last.pt"), "--out", str(out)]
+    both = [
+        subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=environment())
+        for _ in range(2)
+    ]
+    ended = sorted((p.wait(timeout=600), p.stderr.read()) for p in both)
+    (landed, _), (refused, said) = ended
+    assert landed == 0 and refused in (1, 2), ended
+    assert said.count("\n") == 1 and f"--out {out} exists" in said, said
+    assert is_exported(out) and sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "m"]

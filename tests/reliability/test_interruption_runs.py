@@ -8,11 +8,10 @@ One tiny run is trained for the module; the cases copy it.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
-from clitools import TINY_RUN, copy_run, one_line_failure, train_argv
+from clitools import copy_run, one_line_failure, train_argv
 
 from annotated_transformer import runs
 from annotated_transformer.checkpoint import load_checkpoint

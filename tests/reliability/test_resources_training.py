@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from clitools import TINY_RUN, train_argv
+from clitools import train_argv
 
 from annotated_transformer import pipeline
 from annotated_transformer.checkpoint import load_checkpoint
@@ -164,32 +164,19 @@ def test_resume_bounds_the_checkpoint_by_max_parameters(diverged, synthetic_corp
 
 def test_a_file_size_limit_is_one_line_naming_the_checkpoint(synthetic_corpus: Path, tmp_path):
     """Round four: under `ulimit -f`, train ended in an internal error from torch.save ('unexpected
-    pos ...'); it names the file and the limit."""
-    import resource
-    import subprocess
-    import sys
-
-    from clitools import environment
+    pos ...') after its first epoch; it names last.pt and the limit, before training (the size of a
+    checkpoint is known from the model)."""
+    from clitools import cli
 
     limit = 300_000  # bytes: the run's small files fit, a checkpoint does not
-    argv = [
-        sys.executable,
-        "-m",
-        "annotated_transformer.cli",
-        *train_argv(tmp_path / "run", synthetic_corpus),
-    ]
-    done = subprocess.run(
-        argv,
-        capture_output=True,
-        text=True,
-        env=environment(),
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)),
-        timeout=600,
-    )
+    done = cli(*train_argv(tmp_path / "run", synthetic_corpus), size_limit=limit)
     assert done.returncode == 1, done.stderr
     [line] = [line for line in done.stderr.splitlines() if "error:" in line]  # warnings aside
-    assert "file too large writing" in line and f"(a size limit of {limit:,} bytes)" in line, line
-    assert ".pt" in line
+    assert (
+        f"file too large for {tmp_path / 'run' / 'last.pt'} (a size limit of {limit:,} bytes, "
+        in line
+    )
+    assert "epoch 1" not in done.stdout  # refused before training
     run = tmp_path / "run"  # a new run that saved nothing leaves no lock and no marker behind
     assert not run.exists() or not {".lock", "annotated-transformer-run.json"} & {
         p.name for p in run.iterdir()
