@@ -914,15 +914,16 @@ def start_run(
         steps = learner.state.optimizer_steps
         log(f"resuming from {last} after epoch {ckpt.epoch} ({steps} optimizer steps)")
     world, precision = setup.process.world_size, setup.options.precision
+    parameters = count_parameters(learner.model)
     processes = f", {world} processes" if world > 1 else ""
     mixed = f", {precision}" if precision != "fp32" else ""
     log(
         f"{len(data.train):,} training pairs; vocabularies {len(data.src_vocab):,} / "
-        f"{len(data.tgt_vocab):,}; {count_parameters(learner.model) / 1e6:.1f}M parameters on "
+        f"{len(data.tgt_vocab):,}; {parameters / 1e6:.1f}M parameters on "
         f"{setup.process.device}{processes}{mixed}"
     )
     if setup.process.is_main:  # no room for last.pt (a disk, a size limit): said before training
-        check_room(last, BYTES_PER_PARAMETER * count_parameters(learner.model))
+        check_room(last, BYTES_PER_PARAMETER * parameters)
     return data, learner
 
 # %% ../nbs/20_pipeline.ipynb #ddc935f0

@@ -67,23 +67,26 @@ def work(kind: str, steps: int) -> float:
     return time.perf_counter() - start
 
 
+def unset() -> dict[str, str]:
+    "This process's environment without the settings measured: OpenMP's defaults."
+    return {k: v for k, v in os.environ.items() if k not in OMP_SETTINGS}
+
+
 def timed(kind: str, steps: int, env: dict[str, str]) -> float:
     "The seconds a fresh worker process takes for the work, in the environment `env`."
-    base = {k: v for k, v in os.environ.items() if k not in OMP_SETTINGS}
     argv = [sys.executable, __file__, "--worker", kind, "--steps", str(steps)]
-    done = subprocess.run(argv, env={**base, **env}, capture_output=True, text=True, check=True)
+    done = subprocess.run(argv, env={**unset(), **env}, capture_output=True, text=True, check=True)
     return json.loads(done.stdout)["seconds"]
 
 
 def neighbours(kind: str) -> list[subprocess.Popen]:
     "The processes running beside the measured one: none, Python spinning, or PyTorch training."
-    base = {k: v for k, v in os.environ.items() if k not in OMP_SETTINGS}
     if kind == NEIGHBOURS[1]:
         spin = [sys.executable, "-c", "while True: pass"]
         return [subprocess.Popen(spin) for _ in range(os.cpu_count())]
     if kind == NEIGHBOURS[2]:
         train = [sys.executable, __file__, "--worker", "train", "--steps", str(10**9)]
-        return [subprocess.Popen(train, env=base, stdout=subprocess.DEVNULL) for _ in range(2)]
+        return [subprocess.Popen(train, env=unset(), stdout=subprocess.DEVNULL) for _ in range(2)]
     return []
 
 
