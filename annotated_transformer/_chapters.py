@@ -27,14 +27,16 @@ from annotated_transformer.pipeline import train
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository root (the notebooks run from nbs/)
 FULL_RUN_ENV = "MULTI30K_RUN"  # names the folder of a full run for the notebooks to decode
-# the notebooks' model when no full run is given: 3 epochs in 7.5 minutes on 2 CPU cores, training
-# and validation (450 s measured); 18 minutes when other work shares the cores
+# the notebooks' model when no full run is given: 3 epochs in about 3 minutes on 2 CPU cores,
+# training and validation (190 s measured with the CPU's packed dropout mask and fused Adam; 450 s
+# before them, on a slower CPU); several times that when other work shares the cores
 CPU_CONFIG = TrainConfig(model=run_model("small"), epochs=3, max_tokens=2048, warmup=300)
 
 
 # the model of the book's "Try it" panel (ONNX in the page, chapters 08 and 22): as CPU_CONFIG, on
 # one shared vocabulary of 8,000 subwords (§5.1), which a browser tokenizes exactly as Python does;
-# 3 epochs in 5.4 minutes on 2 CPU cores (322 s measured beside other work)
+# 3 epochs in about 4 minutes on 2 CPU cores (256 s measured; 322 s before the packed mask and fused
+# Adam, beside other work)
 SUBWORD_CONFIG = replace(CPU_CONFIG, vocab_size=8000)
 SUBWORD_RUN_ENV = "MULTI30K_SUBWORD_RUN"  # names the folder of a full subword run instead
 

@@ -280,9 +280,11 @@ _PRECISION = "mixed precision (default: bf16 on GPUs that support it, else fp32)
 _BACKEND = "under torchrun: the collective backend (default: nccl on GPUs, gloo on CPUs)"
 _QUIET = "no progress bars (none when the output is not a terminal)"
 _FUSED = "the loss from the decoder's outputs in chunks, never all logits at once: less memory"
+_MASK = "dropout's mask: packed, one random draw for two positions (default on CPUs), or torch's"
+_ADAM = "Adam's update: fused, one kernel for every tensor, or foreach, a kernel per operation"
 _MAX_PARAMETERS = "refuse a checkpoint or export that declares more parameters than this"
 
-
+# %% ../nbs/10_config.ipynb #b87a9b4e
 @dataclass(frozen=True)
 class RuntimeOptions:
     "How a run trains on this machine; not stored in its checkpoints. None: chosen for the machine."
@@ -292,6 +294,8 @@ class RuntimeOptions:
     backend: str | None = setting(None, _BACKEND, choices=("nccl", "gloo"))
     compile: bool = setting(False, "torch.compile the model")
     fused_loss: bool = setting(False, _FUSED)
+    dropout_mask: str | None = setting(None, _MASK, choices=("packed", "torch"))
+    adam: str = setting("fused", _ADAM, choices=("fused", "foreach"))
     tensorboard: bool = setting(False, "also write TensorBoard logs to OUT/tensorboard")
     progress: bool = setting(True, _QUIET, flag="--quiet")  # the flag turns it off
     max_parameters: int = setting(MAX_PARAMETERS, _MAX_PARAMETERS, low=1)  # checked before loading

@@ -7,13 +7,14 @@ Docs: https://annotated-transformer.github.io/annotated-transformer/distributed.
 # %% ../nbs/16_distributed.ipynb #9d6024f5
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from torch import nn
+from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from .config import RuntimeOptions
@@ -21,7 +22,7 @@ from .config import RuntimeOptions
 # %% auto #0
 __all__ = ['PRECISIONS', 'BF16_PEAK_TFLOPS', 'DistributedSetup', 'setup_distributed', 'cleanup_distributed', 'rank_and_world',
            'wrap_for_training', 'unwrap', 'default_precision', 'start_runtime', 'make_scaler', 'gather_objects',
-           'out_of_memory', 'bf16_peak_tflops', 'model_flops_utilization']
+           'out_of_memory', 'bf16_peak_tflops', 'model_flops_utilization', 'keep_mask', 'PackedDropout', 'pack_dropout']
 
 # %% ../nbs/16_distributed.ipynb #a73f1f04
 @dataclass(frozen=True)
@@ -114,8 +115,9 @@ def start_runtime(options: RuntimeOptions) -> tuple[DistributedSetup, RuntimeOpt
     "Join torchrun's group (or set up one process); the options with None resolved for its device."
     setup = setup_distributed(options.backend, options.device)
     precision = options.precision or default_precision(setup.device)
+    mask = options.dropout_mask or ("packed" if setup.device.type == "cpu" else "torch")
     resolved = dict(device=str(setup.device), precision=precision, backend=setup.backend)
-    return setup, replace(options, **resolved)
+    return setup, replace(options, **resolved, dropout_mask=mask)
 
 # %% ../nbs/16_distributed.ipynb #92a6b1ae
 def make_scaler(
@@ -174,3 +176,31 @@ def bf16_peak_tflops(device_name: str) -> float:
 def model_flops_utilization(n_params: int, tokens_per_second: float, peak_tflops: float) -> float:
     "The share of the peak rate that 6 x parameters FLOPs per token at this throughput uses."
     return 6 * n_params * tokens_per_second / (peak_tflops * 1e12)
+
+# %% ../nbs/16_distributed.ipynb #3e45c674
+def keep_mask(shape: torch.Size, p: float, device: torch.device) -> Tensor:
+    """Which positions dropout keeps (bool, `shape`), each with probability 1 - p, independently:
+    one 64-bit random draw serves two positions, each half compared as an int32."""
+    n = math.prod(shape)
+    bits = torch.empty((n + 1) // 2, dtype=torch.int64, device=device).random_(-(2**63), None)
+    threshold = round(p * 2**32) - 2**31  # 2^32 - round(p 2^32) int32 values are at or above it
+    return (bits.view(torch.int32)[:n] >= threshold).view(shape)
+
+
+class PackedDropout(nn.Dropout):
+    "`nn.Dropout` with `keep_mask`'s mask: the same distribution, other random numbers."
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0:
+            return x
+        scale = x.new_full((), 0.0 if self.p == 1 else 1 / (1 - self.p))  # x's dtype
+        return x * torch.where(keep_mask(x.shape, self.p, x.device), scale, 0.0)
+
+
+def pack_dropout(model: nn.Module) -> nn.Module:
+    "Make every `nn.Dropout` of `model` a `PackedDropout` of the same rate, in place."
+    for module in list(model.modules()):
+        for name, child in module.named_children():
+            if type(child) is nn.Dropout:
+                setattr(module, name, PackedDropout(child.p).train(child.training))
+    return model

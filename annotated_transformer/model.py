@@ -240,8 +240,8 @@ def attend(
     if mask is not None:
         check_mask(mask, (q.size(0), q.size(2), k.size(2)))
         mask = mask.unsqueeze(1)  # (B, 1, Lq, Lk): the same mask for every head
-    if need_weights:
-        return attention(q, k, v, mask, dropout)
+    if need_weights or (dropout.training and type(dropout) is not nn.Dropout):
+        return attention(q, k, v, mask, dropout)  # also for another dropout (a faster mask)
     p = dropout.p if dropout.training else 0.0
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p), None
 

@@ -55,7 +55,7 @@ from annotated_transformer.data import (
 )
 from .distributed import PRECISIONS, DistributedSetup, cleanup_distributed
 from .distributed import gather_objects, make_scaler, rank_and_world
-from .distributed import start_runtime, wrap_for_training
+from .distributed import pack_dropout, start_runtime, wrap_for_training
 from .fast_decoding import Search
 from .losses import LabelSmoothing, check_labels, sequence_loss
 from .model import count_parameters
@@ -632,7 +632,9 @@ def build_learner(
         loss_fn = sequence_loss(
             LabelSmoothing(len(data.tgt_vocab), pad, smoothing), model.generator
         )
-    fused = device.type == "cuda"  # on GPUs, Adam's one kernel for every tensor
+    if options.dropout_mask == "packed":  # the multi-GPU chapter's cheaper mask
+        pack_dropout(model)
+    fused = options.adam == "fused"  # one kernel for every tensor
     optimizer, scheduler = noam_optimizer(
         model, config.model.d_model, config.factor, config.warmup, fused=fused
     )
@@ -660,6 +662,14 @@ def _check_moments(optimizer: torch.optim.Optimizer, source: str | Path) -> None
                 )
 
 # %% ../nbs/20_pipeline.ipynb #05f40913
+def _load_moments(optimizer: torch.optim.Optimizer, resume: ResumeState) -> None:
+    "Load Adam's state, keeping this run's choice of update (fused or foreach), not the saved one."
+    kinds = [{k: group[k] for k in ("fused", "foreach")} for group in optimizer.param_groups]
+    optimizer.load_state_dict(resume.optimizer)
+    for group, kind in zip(optimizer.param_groups, kinds):
+        group.update(kind)
+
+# %% ../nbs/20_pipeline.ipynb #05f40914
 def restore(
     learner: Learner, ckpt: RunCheckpoint, log: Log, source: str | Path = "last.pt"
 ) -> None:
@@ -668,9 +678,7 @@ def restore(
     if resume is None:
         raise ValueError(f"{source} holds weights only (an epoch file?): no state to resume from")
     _load_part("weights", lambda: learner.model.load_state_dict(ckpt.model), source)
-    _load_part(
-        "an optimizer state", lambda: learner.optimizer.load_state_dict(resume.optimizer), source
-    )
+    _load_part("an optimizer state", lambda: _load_moments(learner.optimizer, resume), source)
     _check_moments(learner.optimizer, source)
     _load_part("a schedule", lambda: learner.scheduler.load_state_dict(resume.scheduler), source)
     if learner.scaler is not None and resume.scaler is not None:

@@ -1,23 +1,23 @@
-"""Training throughput on the CPU: our step, with and without the fused loss, against the earlier
-notebook's step and against the peer a user would write with torch.nn.Transformer.
+"""Training throughput on the CPU: our step as the trainer runs it, with and without the fused loss
+and the CPU's faster dropout mask and Adam, against the peer a user would write with
+torch.nn.Transformer.
 
-- ours: `train_epoch` with `Generator` + `LabelSmoothing` (closed form, no target distribution)
-  and the fused attention kernel (`F.scaled_dot_product_attention`); losses read back every 50
-  batches.
-- ours, loss read every batch: the same, but the losses read back after every batch
-  (`read_every=1`), as the loop did before; on a CPU there is no queue of work to wait for, so this
-  should cost nothing here.
+- ours: `train_epoch` with `Generator` + `LabelSmoothing` (closed form, no target distribution),
+  the fused attention kernel (`F.scaled_dot_product_attention`), and the trainer's CPU defaults
+  (Part 6): `pack_dropout`'s mask, one 64-bit random draw for two positions, and Adam's fused
+  update (`fused=True`).
 - ours, fused loss: the same with `FusedLabelSmoothing`: the loss and its gradients from the
   decoder's outputs, chunk by chunk, never the (tokens, V) float32 log-probabilities and their
   gradient at once.
-- straightforward: the earlier notebook's step: the KL divergence to a materialized smoothed
-  distribution (`smoothed_targets`) and every attention layer on the readable path (`attention()`,
-  weights materialized).
+- ours, fused loss, torch's mask: `nn.Dropout`'s Bernoulli draw per position (and SDPA's own
+  dropout on the attention weights), Adam still fused.
+- ours, fused loss, torch's mask and Adam: the step as it was before the CPU defaults: also
+  `torch.optim.Adam`'s foreach update.
 - nn.Transformer: `torch.nn.Transformer` with the same sizes +
   `F.cross_entropy(label_smoothing=0.1)` (common.py's `TorchTransformer`).
-Same sizes, batches and optimizer settings (ours and the straightforward step share initial weights;
-the peer has its own); rounds alternate. Prints the median target tokens per second of each and the
-ratios.
+Same sizes, batches and optimizer settings (our variants share initial weights; the peer has its
+own); rounds alternate. Prints the median target tokens per second of each, its share of the
+machine's peak and its ratio to the peer, side by side.
 
 Against the machine's limit: before timing, this machine's float32 matrix-multiply peak is measured
 with the benchmark's thread count (common.py's `matmul_peak`: the best rate of `torch.mm` over
@@ -35,6 +35,7 @@ FLOP/s are those of tokens/s.
     python benchmarks/bench_training.py
     python benchmarks/bench_training.py --profile ours    # where one round's CPU time goes
     python benchmarks/bench_training.py --profile "ours, fused loss"
+    python benchmarks/bench_training.py --profile "ours, fused loss, torch's mask and Adam"
 """
 
 from __future__ import annotations
@@ -42,10 +43,8 @@ from __future__ import annotations
 import argparse
 import copy
 from collections.abc import Callable
-from functools import partial
 
 import torch
-import torch.nn.functional as F
 from common import (
     FLOP_FORMULA,
     PAD,
@@ -56,33 +55,13 @@ from common import (
     torch_transformer_steps,
     training_flops,
 )
-from torch import Tensor, nn
 
 from annotated_transformer.batching import Batch
-from annotated_transformer.losses import LabelSmoothing, LossFn, sequence_loss, smoothed_targets
-from annotated_transformer.model import ModelConfig, MultiHeadedAttention
+from annotated_transformer.losses import LabelSmoothing, sequence_loss
+from annotated_transformer.distributed import pack_dropout
+from annotated_transformer.model import ModelConfig
 from annotated_transformer.pipeline import EpochOptions, FusedLabelSmoothing, train_epoch
 from annotated_transformer.training import Updates, noam_optimizer
-
-
-class MaterializedLabelSmoothing(nn.Module):
-    "The straightforward loss: build the smoothed target distribution, then KL divergence to it."
-
-    def __init__(self, size: int, padding_idx: int, smoothing: float):
-        super().__init__()
-        self.size, self.padding_idx, self.smoothing = size, padding_idx, smoothing
-
-    def forward(self, x: Tensor, target: Tensor) -> Tensor:
-        q = smoothed_targets(target, self.size, self.padding_idx, self.smoothing)  # (N, V)
-        q = q.to(x.device)
-        return F.kl_div(x, q, reduction="sum")
-
-
-def use_readable_attention(model: nn.Module) -> None:
-    "Route every attention layer of `model` through the readable `attention()` path."
-    for module in model.modules():
-        if isinstance(module, MultiHeadedAttention):
-            module.forward = partial(MultiHeadedAttention.forward, module, need_weights=True)
 
 
 def measure_peak(cfg: ModelConfig, vocab: int, batches: list[Batch], repeats: int) -> float:
@@ -134,9 +113,7 @@ def main() -> None:
 
     cfg = ModelConfig(N=3, d_model=256, d_ff=1024, h=8)  # Multi30k-sized
     torch.manual_seed(0)
-    ours = cfg.build(args.vocab, args.vocab)
-    every, fused, plain = copy.deepcopy(ours), copy.deepcopy(ours), copy.deepcopy(ours)
-    use_readable_attention(plain)
+    initial = cfg.build(args.vocab, args.vocab)
     batches = [
         Batch(src, tgt, pad=PAD)
         for src, tgt in make_batches(args.steps, args.batch, args.max_len, args.vocab)
@@ -147,32 +124,32 @@ def main() -> None:
         f"{args.steps} steps of {args.batch} sentences <= {args.max_len} tokens per round"
     )
 
-    def trainer(model: nn.Module, loss_fn: LossFn, read_every: int = 50) -> Callable[[], int]:
+    def trainer(
+        fused_loss: bool, packed: bool = True, fused_adam: bool = True
+    ) -> Callable[[], int]:
         "One round: a training step on every batch; returns the target tokens trained on."
-        optimizer, scheduler = noam_optimizer(model, cfg.d_model, warmup=4000)
+        model = copy.deepcopy(initial)
+        if packed:
+            pack_dropout(model)
+        if fused_loss:
+            loss_fn = sequence_loss(FusedLabelSmoothing(model.generator, PAD, 0.1))
+        else:
+            loss_fn = sequence_loss(LabelSmoothing(args.vocab, PAD, 0.1), model.generator)
+        optimizer, scheduler = noam_optimizer(model, cfg.d_model, warmup=4000, fused=fused_adam)
 
         def run() -> int:
             updates = Updates(optimizer, scheduler)
-            options = EpochOptions(progress=False, read_every=read_every)
-            train_epoch(batches, model, loss_fn, updates, options=options)
+            train_epoch(batches, model, loss_fn, updates, options=EpochOptions(progress=False))
             return sum(b.ntokens for b in batches)
 
         return run
 
-    def readable(model: nn.Module, criterion: nn.Module) -> LossFn:
-        "The loss of `criterion` on `model`'s log-probabilities."
-        return sequence_loss(criterion, model.generator)
-
     variants = {
-        "ours": lambda: trainer(ours, readable(ours, LabelSmoothing(args.vocab, PAD, 0.1))),
-        "ours, loss read every batch": lambda: trainer(
-            every, readable(every, LabelSmoothing(args.vocab, PAD, 0.1)), read_every=1
-        ),
-        "ours, fused loss": lambda: trainer(
-            fused, sequence_loss(FusedLabelSmoothing(fused.generator, PAD, 0.1))
-        ),
-        "straightforward": lambda: trainer(
-            plain, readable(plain, MaterializedLabelSmoothing(args.vocab, PAD, 0.1))
+        "ours": lambda: trainer(fused_loss=False),
+        "ours, fused loss": lambda: trainer(fused_loss=True),
+        "ours, fused loss, torch's mask": lambda: trainer(fused_loss=True, packed=False),
+        "ours, fused loss, torch's mask and Adam": lambda: trainer(
+            fused_loss=True, packed=False, fused_adam=False
         ),
         "nn.Transformer": lambda: torch_transformer_steps(cfg, args.vocab, batches),
     }
@@ -192,18 +169,13 @@ def main() -> None:
     rates = compare(
         {name: make() for name, make in variants.items()}, args.rounds, "target tokens/s"
     )
+    peer = rates["nn.Transformer"]
+    print(f"{'':>40}  {'tokens/s':>9}  {'GFLOP/s':>8}  {'of peak':>7}  {'x peer':>6}")
     for name, rate in rates.items():
         achieved = rate * flops / tokens
-        print(f"{name:>32}: {achieved / 1e9:7.1f} GFLOP/s, {achieved / peak:4.0%} of peak")
-    every_batch = rates["ours"] / rates["ours, loss read every batch"]
-    print(
-        f"ours / ours, loss read every batch: {every_batch:.2f}x; "
-        f"ours, fused loss / ours: {rates['ours, fused loss'] / rates['ours']:.2f}x"
-    )
-    for name in ("ours", "ours, fused loss"):
         print(
-            f"{name} / straightforward: {rates[name] / rates['straightforward']:.2f}x; "
-            f"{name} / nn.Transformer: {rates[name] / rates['nn.Transformer']:.2f}x"
+            f"{name:>40}  {rate:9,.0f}  {achieved / 1e9:8.1f}  {achieved / peak:7.0%}  "
+            f"{rate / peer:5.2f}x"
         )
 
 

@@ -332,7 +332,7 @@ def test_a_resumed_run_keeps_its_configuration_but_its_epochs() -> None:
 def test_runtime_options_refuse_what_they_cannot_use() -> None:
     assert RuntimeOptions() == RuntimeOptions(
         device=None, precision=None, backend=None, compile=False, fused_loss=False,
-        tensorboard=False, progress=True, keep_epochs=5,
+        dropout_mask=None, adam="fused", tensorboard=False, progress=True, keep_epochs=5,
     )  # fmt: skip
     with pytest.raises(
         ChoiceError, match="^precision must be one of fp32, bf16, fp16, got precision='fp8'$"
@@ -511,8 +511,9 @@ def test_the_training_settings_and_their_flags() -> None:
     ]  # fmt: skip
     model_flags = {f.metadata["flag"] or f.name for f in fields(Choices) if "help" in f.metadata}
     assert model_flags == {"--model", "arch", "enc_layers", "dec_layers", "dropout", "vocab_size"}
-    assert fields(RuntimeOptions)[6].name == "progress"
-    assert fields(RuntimeOptions)[6].metadata["flag"] == "--quiet"  # the flag turns it off
+    runtime = {f.name: f for f in fields(RuntimeOptions)}
+    assert runtime["progress"].metadata["flag"] == "--quiet"  # the flag turns it off
+    assert (runtime["dropout_mask"].default, runtime["adam"].default) == (None, "fused")
 
 
 def test_the_model_choices_are_checked() -> None:
