@@ -39,10 +39,10 @@ from .trees import TreeGrammar
 # %% auto #0
 __all__ = ['GREEDY', 'Scored', 'Strategy', 'STRATEGIES', 'ROOM', 'SOURCE_STEP', 'StepDecoder', 'PrefixDecoder', 'move_rows',
            'KVCache', 'attention_step', 'memory_heads', 'source_step', 'position_step', 'DecoderCache', 'layer_step',
-           'model_step', 'CachedDecoder', 'Decodable', 'begin_decoding', 'greedy_search', 'beam_search', 'Search',
-           'Translating', 'RowState', 'Grammar', 'ConstrainedDecoder', 'Constrained', 'banned_tokens', 'strategy_of',
-           'run_strategy', 'projections', 'norms', 'norm_first', 'encodings', 'StaticKVCache', 'round_up',
-           'StaticDecoderCache', 'compiled_step', 'CompiledDecoder']
+           'model_step', 'CachedDecoder', 'Decodable', 'begin_decoding', 'greedy_search', 'beam_candidates',
+           'beam_search', 'Search', 'Translating', 'RowState', 'Grammar', 'ConstrainedDecoder', 'Constrained',
+           'banned_tokens', 'strategy_of', 'run_strategy', 'projections', 'norms', 'norm_first', 'encodings',
+           'StaticKVCache', 'round_up', 'StaticDecoderCache', 'compiled_step', 'CompiledDecoder']
 
 # %% ../nbs/17_fast_decoding.ipynb #5d6be7dc
 @runtime_checkable
@@ -312,6 +312,20 @@ def _start(
     decoder.select(torch.tensor(rows, dtype=torch.long, device=device))
     return alive, torch.full((len(rows),), start_symbol, dtype=torch.long, device=device)
 
+# %% ../nbs/17_fast_decoding.ipynb #0948e748
+def _step_then(decoder: StepDecoder, choose: Callable, y: Tensor, t: int, *args: object) -> object:
+    """choose(the log-probabilities after the newest tokens y, t, *args): what a search does with a
+    step; t, the tokens after <s> once it is taken. A decoder with a whole step of its own
+    (`CompiledDecoder`, at the end of this chapter) runs both as one."""
+    if hasattr(decoder, "step_then"):
+        return decoder.step_then(choose, y, *args)
+    return choose(decoder.step(y), t, *args)
+
+
+def _greedy_choice(logp: Tensor, t: int | Tensor, banned: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    "Each row's most probable token not banned, and its log-probability: (B',), (B',)."
+    return _ban(logp, banned).max(dim=-1)
+
 # %% ../nbs/17_fast_decoding.ipynb #0948e749
 @torch.inference_mode()
 def greedy_search(
@@ -333,7 +347,7 @@ def greedy_search(
     for t in range(1, max(limits)):
         if not alive:
             break
-        logp, y = _ban(decoder.step(y), banned).max(dim=-1)  # (B',), (B',)
+        logp, y = _step_then(decoder, _greedy_choice, y, t, tuple(banned))  # (B',), (B',)
         tokens = y.tolist()
         for i, token, score in zip(alive, tokens, logp.tolist()):
             results[i] = Hypothesis(results[i].tokens + [token], results[i].score + score)
@@ -344,43 +358,54 @@ def greedy_search(
     return results
 
 # %% ../nbs/17_fast_decoding.ipynb #4b0aa65b
-# a beam extended by one token: (which of the K beams, the token, the new log-probability)
-_Candidate = tuple[int, int, float]
+def beam_candidates(
+    logp: Tensor,  # (B' K, V) the next token's log-probabilities, row = sentence * K + beam
+    t: int | Tensor,  # the candidates' length: tokens after <s>
+    beam_logp: Tensor,  # (B' K,) the beams' log-probabilities, in the same rows
+    banned: tuple[int, ...],
+    end_symbol: int,
+    alpha: float,
+    K: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Each sentence's best 2K candidates, best first: their log-probabilities, scores, beams and
+    tokens (B', 2K); and the ranks of the best K that do not end (B', K)."""
+    n = min(2 * K, logp.size(-1))  # a sentence's best 2K are among each of its rows' best n
+    row_best, row_token = _ban(logp, banned).topk(n, dim=-1)  # (B' K, n)
+    total = (beam_logp.unsqueeze(-1) + row_best).view(-1, K * n)  # (B', K n)
+    top_logp, top = total.topk(min(2 * K, K * n), dim=-1)  # (B', 2K), best first
+    beam, token = top // n, row_token.view(-1, K * n).gather(1, top)
+    rank = torch.arange(top.size(1), device=top.device)
+    keep = ((token == end_symbol).long() * top.size(1) + rank).argsort(dim=-1)[:, :K]
+    return top_logp, top_logp / length_penalty(t, alpha), beam, token, keep
+
+# %% ../nbs/17_fast_decoding.ipynb #4b0aa65c
+# a beam extended by one token: (which of the K beams, the token, its log-probability, its score)
+_Candidate = tuple[int, int, float, float]
 
 
 def _top_candidates(
-    beam_logp: Tensor,  # (B', K) the beams' log-probabilities
-    logp: Tensor,  # (B' * K, V) the next token's log-probabilities, row = sentence * K + beam
-    end_symbol: int,
+    top_logp: Tensor, score: Tensor, beam: Tensor, token: Tensor, keep: Tensor
 ) -> list[tuple[list[_Candidate], list[_Candidate]]]:
     "For each sentence: its best K candidates, and its best K that do not end; each best first."
-    n, K = beam_logp.shape
-    V = logp.size(-1)
-    total = (beam_logp.unsqueeze(-1) + logp.view(n, K, V)).view(n, K * V)  # (B', K * V)
-    top_logp, top = total.topk(min(2 * K, K * V), dim=-1)  # (B', 2K), best first
-    beam, token = top // V, top % V
-    rank = torch.arange(top.size(1), device=top.device)
-    # (B', K): not ending, by rank
-    keep = ((token == end_symbol).long() * top.size(1) + rank).argsort(dim=-1)[:, :K]
-    # (beam, token, logp) tuples
-    ranked = [list(zip(*row)) for row in zip(beam.tolist(), token.tolist(), top_logp.tolist())]
+    K = keep.size(1)
+    columns = (beam.tolist(), token.tolist(), top_logp.tolist(), score.tolist())
+    ranked = [list(zip(*row)) for row in zip(*columns)]  # (beam, token, logp, score) tuples
     return [(cands[:K], [cands[c] for c in kept]) for cands, kept in zip(ranked, keep.tolist())]
 
 # %% ../nbs/17_fast_decoding.ipynb #3df28951
 class _SentenceSearch:
     "One sentence's beam search: the tokens of its running beams, and the hypotheses set aside."
 
-    def __init__(self, beam_size: int, limit: int, end_symbol: int, alpha: float):
-        self.K, self.limit, self.end_symbol, self.alpha = beam_size, limit, end_symbol, alpha
+    def __init__(self, beam_size: int, limit: int, end_symbol: int):
+        self.K, self.limit, self.end_symbol = beam_size, limit, end_symbol
         self.beams: list[list[int]] = [[] for _ in range(beam_size)]
         self.finished = [] if limit > 1 else [Hypothesis([], 0.0)]  # limit 1: no room after <s>
 
     def set_aside(self, candidates: list[_Candidate]) -> None:
-        "Keep the candidates that are possible as hypotheses, scored by log-probability / lp."
-        for beam, token, logp in candidates:
+        "Keep the candidates that are possible as hypotheses, with their scores."
+        for beam, token, logp, score in candidates:
             if logp > -math.inf:
-                seq = self.beams[beam] + [token]
-                self.finished.append(Hypothesis(seq, logp / length_penalty(len(seq), self.alpha)))
+                self.finished.append(Hypothesis(self.beams[beam] + [token], score))
 
     def step(self, t: int, best: list[_Candidate], going_on: list[_Candidate]) -> list[_Candidate]:
         "Set aside those of the `best` K that end; return the beams that go on ([] when done)."
@@ -390,7 +415,7 @@ class _SentenceSearch:
         if t + 1 >= self.limit:  # out of length: the running beams are the last hypotheses
             self.set_aside(going_on)
             return []
-        self.beams = [self.beams[beam] + [token] for beam, token, _ in going_on]
+        self.beams = [self.beams[beam] + [token] for beam, token, *_ in going_on]
         return going_on
 
     def best(self) -> list[Hypothesis]:
@@ -398,23 +423,22 @@ class _SentenceSearch:
         return sorted(self.finished, key=lambda h: -h.score)[: self.K]
 
 # %% ../nbs/17_fast_decoding.ipynb #a9cd3722
-def _start_beams(n: int, K: int, device: torch.device) -> Tensor:
-    "The log-probabilities (n, K) of n sentences' K start beams: copies, only the first extended."
-    beam_logp = torch.full((n, K), -math.inf, device=device)
+def _start_beams(y: Tensor, K: int) -> Tensor:
+    "The start beams' log-probabilities (B' K,), rows as y's: copies, only each sentence's first."
+    beam_logp = torch.full((len(y) // K, K), -math.inf, device=y.device)
     beam_logp[:, 0] = 0.0
-    return beam_logp
+    return beam_logp.flatten()
 
 
 def _next_beams(
     decoder: StepDecoder, going_on: list[list[_Candidate]], K: int, device: torch.device
 ) -> tuple[Tensor, Tensor]:
     """The beams that go on, from each sentence still in the decoder ([] if it is done): the
-    decoder keeps their rows (B'' K,); return their log-probabilities (B'', K) and newest tokens
-    (B'' K,)."""
-    rows = [j * K + beam for j, beams in enumerate(going_on) for beam, _, _ in beams]
+    decoder keeps their rows (B'' K,); return their log-probabilities and newest tokens (B'' K,)."""
+    rows = [j * K + beam for j, beams in enumerate(going_on) for beam, *_ in beams]
     decoder.select(torch.tensor(rows, device=device))
-    logp = [[lp for _, _, lp in beams] for beams in going_on if beams]
-    tokens = [token for beams in going_on for _, token, _ in beams]
+    logp = [lp for beams in going_on for _, _, lp, _ in beams]
+    tokens = [token for beams in going_on for _, token, *_ in beams]
     return torch.tensor(logp, device=device), torch.tensor(tokens, device=device)
 
 # %% ../nbs/17_fast_decoding.ipynb #a070dfa5
@@ -434,13 +458,13 @@ def beam_search(
 ) -> list[list[Hypothesis]]:
     "Each sentence's best hypotheses (at most K), `(tokens, log-probability / lp)`, best first."
     limits = _check_decode_args(src, src_mask, max_len, beam_size, alpha)
-    searches = [_SentenceSearch(beam_size, limit, end_symbol, alpha) for limit in limits]
+    searches = [_SentenceSearch(beam_size, limit, end_symbol) for limit in limits]
     decoder = begin_decoding(model, src, src_mask, cached, beam_size, compiled)  # K rows each
     started, y = _start(decoder, limits, start_symbol, src.device, beam_size)
     alive = [searches[i] for i in started]  # the sentences still decoding
-    beam_logp = _start_beams(len(alive), beam_size, src.device)  # (B', K)
+    beam_logp, how = _start_beams(y, beam_size), (banned, end_symbol, alpha, beam_size)
     for t in range(1, max(limits)):
-        candidates = _top_candidates(beam_logp, _ban(decoder.step(y), banned), end_symbol)
+        candidates = _top_candidates(*_step_then(decoder, beam_candidates, y, t, beam_logp, *how))
         going_on = [search.step(t, best, going) for search, (best, going) in zip(alive, candidates)]
         alive = [search for search, beams in zip(alive, going_on) if beams]
         if not alive:
@@ -699,9 +723,10 @@ def _sentence_rows(memory: Tensor, beams: int) -> Tensor:
     return torch.arange(memory.size(0), device=memory.device).repeat_interleave(beams)
 
 
-def _two_or_more(rows: Tensor) -> Tensor:
-    "A lone row twice (the compiler would specialize a dimension of 1: see CompiledDecoder)."
-    return rows.repeat(2) if len(rows) == 1 else rows
+def _two_or_more(rows: Tensor, beams: int = 1) -> Tensor:
+    """A lone sentence's rows twice: the compiler would specialize a dimension of 1, the rows of
+    greedy search or the sentences of beam search (see CompiledDecoder)."""
+    return rows.repeat(2) if len(rows) <= beams else rows
 
 
 def _padded_sources(
@@ -717,10 +742,10 @@ def _padded_sources(
 # %% ../nbs/17_fast_decoding.ipynb #b43b363d81ae4b689946ece5c682cd59
 class StaticDecoderCache:
     """`DecoderCache` with few shapes: a `StaticKVCache` a layer, the source padded, a copy per row
-    (row j * K + b: sentence j's beam b); rows that leave are the last, 2 or more stay."""
+    (row j * K + b: sentence j's beam b); rows that leave are the last, 2 sentences or more stay."""
 
     def __init__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor, beams: int = 1):
-        rows = _two_or_more(_sentence_rows(memory, beams))  # (R,)
+        rows = _two_or_more(_sentence_rows(memory, beams), beams)  # (R,)
         self.sources, self.src_mask = _padded_sources(model, memory, src_mask, rows)
         self.t, self.beams = memory.new_zeros((), dtype=torch.long), beams
         attn, R = model.decoder.layers[0].self_attn, len(rows)
@@ -728,11 +753,11 @@ class StaticDecoderCache:
         self.layers = [kv() for _ in model.decoder.layers]
 
     room = property(lambda self: self.layers[0].keys.size(2), doc="Positions each layer holds.")
-    rows = property(lambda self: self.src_mask.size(0), doc="Rows computed: 2 or more.")
+    rows = property(lambda self: self.src_mask.size(0), doc="Rows computed: 2 sentences' or more.")
 
     def select(self, rows: Tensor) -> None:
         "Keep these rows (B',), K at a time; a source moves only to another sentence's rows."
-        rows = _two_or_more(rows)
+        rows = _two_or_more(rows, self.beams)
         here = torch.arange(len(rows), device=rows.device)
         sources = torch.where(rows // self.beams == here // self.beams, here, rows)  # (B',)
         self.src_mask = move_rows(self.src_mask, sources)
@@ -746,19 +771,27 @@ class StaticDecoderCache:
             cache.grow()
 
 # %% ../nbs/17_fast_decoding.ipynb #eb24c5a8
-def _decode_step(model: EncoderDecoder, y: Tensor, cache: StaticDecoderCache) -> Tensor:
-    "Newest tokens (R,) -> log-probabilities of the next token (R, V): the step the compiler sees."
-    return model.generator(model_step(model, y, cache))
+def _whole_step(
+    model: EncoderDecoder, y: Tensor, cache: StaticDecoderCache, choose: Callable, *args: object
+) -> object:
+    """The step the compiler sees: the newest tokens (R,) through the model, then what the search
+    does with the log-probabilities (R, V), `choose(logp, t, *args)` (`_step_then`)."""
+    return choose(model.generator(model_step(model, y, cache)), cache.t + 1, *args)
+
+
+def _log_probabilities(logp: Tensor, t: Tensor) -> Tensor:
+    "A plain step's choice: the log-probabilities themselves (R, V)."
+    return logp
 
 
 @functools.cache
-def compiled_step() -> Callable[[EncoderDecoder, Tensor, StaticDecoderCache], Tensor]:
-    """`_decode_step` compiled by inductor (its `freezing` option on, as measured): one per process,
-    compiled again only for another model's shapes, a room or a padded source length (never for the
-    position or the number of rows); the weights stay inputs, so a change to them is seen."""
-    return torch.compile(_decode_step, dynamic=False, options={"freezing": True})
+def compiled_step() -> Callable[..., object]:
+    """`_whole_step` compiled by inductor (its `freezing` option on, as measured): one per process,
+    compiled again only for another choice, model's shapes, room or padded source length (never for
+    the position or the number of rows); the weights stay inputs, so a change to them is seen."""
+    return torch.compile(_whole_step, dynamic=False, options={"freezing": True})
 
-
+# %% ../nbs/17_fast_decoding.ipynb #eb24c5a9
 def _rows_vary(*tensors: Tensor) -> None:
     """Tell the compiler that the rows (the first dimension) of these tensors vary: one code for
     every row count (from 2: it specializes 0 and 1, hence the cache's 2 rows or more)."""
@@ -771,10 +804,24 @@ def _cache_tensors(cache: StaticDecoderCache) -> list[Tensor]:
     sources = [x for pair in cache.sources for x in pair]
     return [cache.src_mask, *sources, *[x for c in cache.layers for x in (c.keys, c.values)]]
 
+
+def _as_rows(cache: StaticDecoderCache, args: Sequence[object]) -> list[object]:
+    """A step's arguments as compiled: a tensor (B',) per row, a lone row twice (the cache's 2
+    rows), marked as varying; the rest as they are."""
+    pad = lambda x: x.repeat(2) if isinstance(x, Tensor) and len(x) < cache.rows else x
+    args = [pad(x) for x in args]
+    _rows_vary(*(x for x in args if isinstance(x, Tensor)))
+    return args
+
+
+def _cut(out: Tensor | tuple[Tensor, ...], asked: int, ran: int) -> Tensor | tuple[Tensor, ...]:
+    "A step's outputs, per row (R,) or per sentence (R / K,), cut to the `asked` of `ran` rows."
+    cut = lambda x: x[: len(x) * asked // ran]
+    return cut(out) if isinstance(out, Tensor) else tuple(map(cut, out))
+
 # %% ../nbs/17_fast_decoding.ipynb #65a2fa46
 class CompiledDecoder:
-    """`CachedDecoder` over a `StaticDecoderCache`, its step compiled once for each room: the same
-    model's step, the same shapes at every position until the room doubles."""
+    "`CachedDecoder` over a `StaticDecoderCache`, compiled once a room; `step_then`: a whole step."
 
     def __init__(self, model: EncoderDecoder, memory: Tensor, src_mask: Tensor, beams: int = 1):
         if model.training:
@@ -785,15 +832,18 @@ class CompiledDecoder:
 
     def step(self, y: Tensor) -> Tensor:
         "Newest tokens (B',) -> log-probabilities of the next token (B', V)."
+        return self.step_then(_log_probabilities, y)
+
+    def step_then(self, choose: Callable, y: Tensor, *args: object) -> object:
+        "`_step_then` as one compiled step; a tensor argument (B',) is per row, as y is."
         if self.t == self.cache.room:  # full: a room twice the size, compiled once more
             self.cache.grow()
             _rows_vary(*_cache_tensors(self.cache))
         self.t += 1
-        ys = y.repeat(2) if len(y) < self.cache.rows else y  # (R,): a lone row's copy too
-        _rows_vary(ys)
-        logp = compiled_step()(self.model, ys, self.cache)  # (R, V)
+        ys, *args = _as_rows(self.cache, (y, *args))  # a lone row twice
+        out = compiled_step()(self.model, ys, self.cache, choose, *args)
         self.cache.t += 1  # in place: the tensor every layer's cache reads
-        return logp[: len(y)]
+        return _cut(out, len(y), len(ys))
 
     def select(self, rows: Tensor) -> None:
         "Keep these rows (B',), in this order: K at a time, each group from one sentence."

@@ -1,8 +1,10 @@
-"""The compiled decoder (`translate --compile`): a cache of fixed size, so that the step compiles
+"""The compiled decoder (`translate --compile`): a cache of fixed size, so that a search's step
+(the model's, the ban, log-softmax, the length penalty, max or top-k, the beams' sums) compiles
 once. What is checked: greedy and beam search give the tokens of the uncompiled decoder (and scores
 within float32 rounding), for a pre-norm and a post-norm model, with sentences of different lengths
-leaving the batch at different steps, and after the weights change in place; the step compiles
-once for every position and row count (once more when its room doubles); the command line gives
+leaving the batch at different steps, with banned tokens, a lone sentence of one beam, and after the
+weights change in place; each search's step compiles once for every position and row count, in one
+graph with no break (once more when its room doubles); the command line gives
 the same translations with and without --compile; where it cannot run (no C++ compiler, a
 recurrent model, a CTranslate2 folder) it is refused in one line.
 
@@ -87,7 +89,7 @@ def test_compiled_searches_give_the_uncompiled_tokens(name: str) -> None:
             assert all(abs(h.score - g.score) < 1e-4 for h, g in zip(hs, gs))
 
 
-def test_the_step_compiles_once_for_each_room_whatever_the_position_and_rows() -> None:
+def test_each_search_compiles_once_for_each_room_whatever_the_position_and_rows() -> None:
     torch.manual_seed(2)
     model = MODELS["pre-norm"].build(40, 40).eval()  # untrained: it runs to its limits
     torch._dynamo.reset()
@@ -97,9 +99,30 @@ def test_the_step_compiles_once_for_each_room_whatever_the_position_and_rows() -
         src, mask, limits = batch(sentences, sentences)
         greedy_search(model, src, mask, limits, 1, END, compiled=True)
         beam_search(model, src, mask, limits, 1, END, beam_size=4, compiled=True)
-    assert max(limits) <= 32 and counters["stats"]["unique_graphs"] == 1  # a room of 32
+    # a room of 32: one graph for each search's whole step, none broken
+    assert max(limits) <= 32 and counters["stats"]["unique_graphs"] == 2
+    assert not counters["graph_break"], dict(counters["graph_break"])
     greedy_search(model, src, mask, 40, 1, END, compiled=True)  # 39 positions: a room of 64
-    assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])
+    assert counters["stats"]["unique_graphs"] == 3, dict(counters["stats"])
+
+
+def test_banned_tokens_and_a_lone_beam_compile_as_they_search() -> None:
+    "The ban is in the compiled step; a search of one sentence and one beam runs its row twice."
+    model = ends_at_varied_lengths(MODELS["pre-norm"], seed=4)
+    src, mask, limits = batch(5)
+    banned = (END + 1, 7, 11)
+    for search, how in ((greedy_search, {}), (beam_search, dict(beam_size=3, alpha=1.0))):
+        eager = search(model, src, mask, limits, 1, END, banned=banned, **how)
+        fast = search(model, src, mask, limits, 1, END, banned=banned, compiled=True, **how)
+        flat = lambda found: [h for x in found for h in (x if isinstance(x, list) else [x])]
+        assert [h.tokens for h in flat(fast)] == [h.tokens for h in flat(eager)]
+        assert all(abs(a.score - b.score) < 1e-4 for a, b in zip(flat(fast), flat(eager)))
+        assert not {t for h in flat(fast) for t in h.tokens} & set(banned)
+    one, one_mask = src[:1], mask[:1]
+    eager = beam_search(model, one, one_mask, 9, 1, END, beam_size=1)
+    fast = beam_search(model, one, one_mask, 9, 1, END, beam_size=1, compiled=True)
+    assert [h.tokens for h in fast[0]] == [h.tokens for h in eager[0]]
+    assert abs(fast[0][0].score - eager[0][0].score) < 1e-4
 
 
 def test_a_change_to_the_weights_is_seen_by_the_compiled_step() -> None:
