@@ -9,8 +9,9 @@ dropout mask keeps the paper's distribution, and the fused Adam the results of t
    attention weights' dropout then uses the packed mask as well (not the fused kernel's own).
 3. Adam: `fused=True` ends within float32 rounding of `torch.optim.Adam`'s foreach and single-tensor
    updates after 30 Noam-scheduled steps of a model's weights, given the same gradients.
-4. The trainer: `build_learner` packs the mask and fuses Adam as the runtime options say, and a
-   resumed run keeps its own choice of Adam, not the one saved in the checkpoint.
+4. The trainer: the mask is packed on CPUs and PyTorch's on GPUs unless told; `build_learner`
+   packs the mask and fuses Adam as the runtime options say, and a resumed run keeps its own choice
+   of Adam, not the one saved in the checkpoint.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from torch import nn
 
 from annotated_transformer.batching import Batch
 from annotated_transformer.checkpoint import ResumeState
-from annotated_transformer.distributed import PackedDropout, keep_mask, pack_dropout
+from annotated_transformer.config import RuntimeOptions
+from annotated_transformer.distributed import PackedDropout, keep_mask, pack_dropout, start_runtime
 from annotated_transformer.model import ModelConfig
 from annotated_transformer.pipeline import build_learner, restore
 from annotated_transformer.training import TrainState, noam_optimizer
@@ -73,7 +75,7 @@ def test_the_mask_has_any_shape_and_follows_the_generator() -> None:
     torch.manual_seed(3)
     a = keep_mask((3, 5, 7), 0.2, CPU)
     torch.manual_seed(3)
-    assert a.shape == (3, 5, 7) and torch.equal(a, keep_mask((3, 5, 7), 0.2, CPU))
+    assert a.shape == (3, 5, 7) and torch.equal(a, keep_mask((3, 5, 7), 0.2, CPU))  # exact: bools
     assert keep_mask((0,), 0.2, CPU).shape == (0,)
     assert keep_mask((4,), 0.0, CPU).all()  # threshold -2^31: every value passes
 
@@ -107,7 +109,7 @@ def test_pack_dropout_changes_every_dropout_layer_and_keeps_its_rate_and_mode() 
     pack_dropout(model)
     after = dict(model.named_modules())
     assert {name for name, m in after.items() if isinstance(m, PackedDropout)} == names
-    assert all(after[name].p == 0.2 and not after[name].training for name in names)
+    assert all(after[name].p == 0.2 and not after[name].training for name in names)  # exact: copied
     assert all(type(after[n]) is kind for n, kind in before.items() if n not in names)
 
 
@@ -128,7 +130,7 @@ def test_a_packed_model_never_uses_the_fused_kernels_own_dropout(monkeypatch) ->
     assert calls == []  # training: every attention on the readable path
     model.eval()
     model(batch.src, batch.tgt, batch.src_mask, batch.tgt_mask)
-    assert calls and set(calls) == {0.0}  # evaluation: the fused kernel, no dropout
+    assert calls and set(calls) == {0.0}  # exact: evaluation passes no dropout to the kernel
 
 
 def adam_weights(steps: int = 30, **adam: object) -> list[torch.Tensor]:
@@ -155,6 +157,18 @@ def test_fused_adam_ends_within_rounding_of_torch_optim_adam() -> None:
     for other in (adam_weights(), adam_weights(foreach=False)):
         for a, b in zip(fused, other):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_the_mask_is_packed_on_cpus_and_pytorchs_on_gpus_unless_told(monkeypatch) -> None:
+    assert start_runtime(RuntimeOptions(device="cpu"))[1].dropout_mask == "packed"
+    told = RuntimeOptions(device="cpu", dropout_mask="torch", adam="foreach")
+    resolved = start_runtime(told)[1]
+    assert (resolved.dropout_mask, resolved.adam) == ("torch", "foreach")
+    # a GPU, alone (no process group: nothing touches it)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    assert start_runtime(RuntimeOptions(device="cuda"))[1].dropout_mask == "torch"
 
 
 def test_build_learner_packs_the_mask_and_fuses_adam_as_told(run_data) -> None:  # noqa: F811

@@ -1,5 +1,6 @@
 """`export --format onnx` (annotated_transformer.engines, the last section of
-nbs/22_engines.ipynb) and its reader `OnnxModel`, on a tiny subword run of made-up files.
+nbs/22_engines.ipynb) and its reader `OnnxModel`, on a tiny subword run of made-up files (three
+epochs: after one, a tiny model's next words are near-ties that int8's rounding tips either way).
 
 What is checked (beyond the chapter, which checks a random model's graphs at untraced lengths and
 the chapters' trained model on test2016):
@@ -25,7 +26,7 @@ import torch
 
 pytest.importorskip("onnxruntime")
 
-from clitools import cli, refused
+from clitools import TINY_RUN, cli, own_file_args, refused
 
 from annotated_transformer.checkpoint import load_checkpoint
 from annotated_transformer.engines import GRAPHS, ONNX_FILES, OnnxModel, export_format, export_model
@@ -42,9 +43,14 @@ SENTENCES = [
 
 
 @pytest.fixture(scope="module")
-def onnx_run(own_run: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    "The subword run of made-up files, exported to ONNX in both precisions."
-    ckpt = load_checkpoint(own_run / "last.pt")
+def onnx_run(own_corpus: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict:
+    "A subword run of the made-up files, three epochs, exported to ONNX in both precisions."
+    from annotated_transformer.cli import main
+
+    run = tmp_path_factory.mktemp("runs") / "onnx"
+    argv = ["train", "--out", str(run), *own_file_args(own_corpus), "--vocab-size", "400"]
+    assert main([*argv, *TINY_RUN, "--epochs", "3"]) == 0
+    ckpt = load_checkpoint(run / "last.pt")
     out = tmp_path_factory.mktemp("onnx")
     folders = {q: export_model(ckpt, out / q, q, format="onnx") for q in ("float32", "int8")}
     return {"ckpt": ckpt, **folders}
